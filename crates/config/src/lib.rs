@@ -1,0 +1,37 @@
+//! Configuration for code-execution-mcp.
+//!
+//! The file is `mcp_config.json` in the `mcpServers` format that Claude
+//! Desktop, Claude Code, Cursor and VS Code already use, plus our own
+//! `sandbox`, `pii` and `workspace` sections. This crate finds the file
+//! ([`locate`]), expands `${VAR}` references ([`expand`]) and turns the JSON
+//! into typed settings ([`parse`]) with errors that name the offending key,
+//! for example `mcpServers.git: a stdio server needs "command"`.
+//!
+//! It does no I/O beyond reading the one file and never connects to anything.
+
+mod error;
+pub mod expand;
+pub mod locate;
+mod model;
+mod parse;
+mod secret;
+
+pub use error::{ConfigError, Problem};
+pub use locate::{ConfigSource, Located};
+pub use model::{
+    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, WorkspaceConfig,
+};
+pub use parse::{Parsed, parse_str};
+pub use secret::Secret;
+
+use std::path::Path;
+
+/// Reads and parses the config file at `path`, expanding `${VAR}` from the
+/// process environment.
+pub fn load_file(path: &Path) -> Result<Parsed, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_str(&text, path, &|name| std::env::var(name).ok())
+}

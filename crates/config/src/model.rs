@@ -1,0 +1,194 @@
+//! The typed settings a config file turns into.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::Secret;
+
+/// Everything the server reads from `mcp_config.json`.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// Upstream MCP servers by name (disabled ones included, marked so).
+    pub servers: BTreeMap<String, ServerConfig>,
+    pub sandbox: SandboxConfig,
+    pub pii: PiiConfig,
+    pub workspace: WorkspaceConfig,
+}
+
+/// One entry of `mcpServers`.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub name: String,
+    pub transport: Transport,
+    pub disabled: bool,
+    /// Per-call timeout for this server, when set (else the global default).
+    pub timeout_seconds: Option<u64>,
+}
+
+/// How to reach an upstream server. Credentials (`env`, `headers`) are
+/// [`Secret`]s: they stay on the host and out of logs.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, Secret>,
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP.
+    Http {
+        url: url::Url,
+        headers: BTreeMap<String, Secret>,
+    },
+    /// Legacy HTTP+SSE (protocol 2024-11-05).
+    Sse {
+        url: url::Url,
+        headers: BTreeMap<String, Secret>,
+    },
+}
+
+impl Transport {
+    /// The name used in the config's `type` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+            Transport::Sse { .. } => "sse",
+        }
+    }
+}
+
+/// The `sandbox` section: limits and interpreter for executed code.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxConfig {
+    /// Default wall-clock limit of one execution.
+    pub timeout_seconds: u64,
+    /// Default memory limit of one execution.
+    pub memory_mb: u64,
+    /// The Python interpreter (or virtualenv's python) the sandbox runs.
+    pub python: PathBuf,
+    /// Pre-started interpreters kept warm.
+    pub pool_size: u32,
+    /// Whether sandboxed code may reach the network (off by default).
+    pub network: bool,
+    /// Run without OS isolation where the host cannot isolate. Off by default;
+    /// when on, `doctor` and `get_execution_stats` say so.
+    pub allow_unsandboxed: bool,
+    /// Cap on printed output and on the answer returned to the model.
+    pub max_output_chars: u64,
+    /// Idle time after which a `session_id`'s interpreter is ended.
+    pub session_idle_seconds: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            timeout_seconds: 30,
+            memory_mb: 500,
+            python: PathBuf::from("/usr/bin/python3"),
+            pool_size: 2,
+            network: false,
+            allow_unsandboxed: false,
+            max_output_chars: 20_000,
+            session_idle_seconds: 600,
+        }
+    }
+}
+
+/// How personal data is handled on the way to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PiiMode {
+    /// Everything returned to the model is tokenized automatically.
+    Auto,
+    /// Only the explicit tools and sandbox helpers tokenize.
+    Manual,
+    /// No tokenization at all.
+    Off,
+}
+
+/// Kinds of personal data the detector knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PiiType {
+    Email,
+    Phone,
+    Ssn,
+    CreditCard,
+    Ip,
+    Iban,
+    Secret,
+}
+
+impl PiiType {
+    pub const ALL: [PiiType; 7] = [
+        PiiType::Email,
+        PiiType::Phone,
+        PiiType::Ssn,
+        PiiType::CreditCard,
+        PiiType::Ip,
+        PiiType::Iban,
+        PiiType::Secret,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PiiType::Email => "email",
+            PiiType::Phone => "phone",
+            PiiType::Ssn => "ssn",
+            PiiType::CreditCard => "credit_card",
+            PiiType::Ip => "ip",
+            PiiType::Iban => "iban",
+            PiiType::Secret => "secret",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
+/// The `pii` section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PiiConfig {
+    pub mode: PiiMode,
+    /// Types tokenized in automatic mode (IP addresses are opt-in).
+    pub types: Vec<PiiType>,
+    /// Servers (`git`) or tools (`git.git_commit`) that may receive real
+    /// values restored from tokens; `*` means every upstream.
+    pub restore_to: Vec<String>,
+}
+
+impl Default for PiiConfig {
+    fn default() -> Self {
+        Self {
+            mode: PiiMode::Auto,
+            types: vec![
+                PiiType::Email,
+                PiiType::Phone,
+                PiiType::Ssn,
+                PiiType::CreditCard,
+                PiiType::Iban,
+                PiiType::Secret,
+            ],
+            restore_to: vec!["*".to_string()],
+        }
+    }
+}
+
+/// The `workspace` section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkspaceConfig {
+    /// Largest file the workspace tools write or read back.
+    pub max_file_bytes: u64,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 10 * 1024 * 1024,
+        }
+    }
+}

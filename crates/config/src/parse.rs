@@ -1,0 +1,601 @@
+//! Turns the JSON text of a config file into [`Config`], collecting every
+//! problem with the key path it belongs to.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::expand::expand;
+use crate::model::{
+    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, WorkspaceConfig,
+};
+use crate::{ConfigError, Problem, Secret};
+
+/// A parsed config plus the warnings worth logging (unknown keys that other
+/// clients use, for instance).
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub config: Config,
+    pub warnings: Vec<Problem>,
+}
+
+/// Keys other MCP clients put in server entries; accepted silently.
+const FOREIGN_SERVER_KEYS: &[&str] = &[
+    "autoApprove",
+    "alwaysAllow",
+    "description",
+    "envFile",
+    "transportType",
+    "oauth",
+];
+
+/// Parses `text` (the contents of `path`) with `lookup` answering `${VAR}`.
+pub fn parse_str(
+    text: &str,
+    path: &Path,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Parsed, ConfigError> {
+    let root: Value = serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+        path: path.to_path_buf(),
+        line: e.line(),
+        column: e.column(),
+        message: without_position(&e.to_string()),
+    })?;
+    let mut cx = Cx {
+        lookup,
+        lenient: false,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let config = cx.root(&root);
+    if cx.problems.is_empty() {
+        Ok(Parsed {
+            config,
+            warnings: cx.warnings,
+        })
+    } else {
+        Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            problems: cx.problems,
+        })
+    }
+}
+
+struct Cx<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    /// Set while reading a disabled server: unresolved `${VAR}` stays as written.
+    lenient: bool,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+}
+
+impl Cx<'_> {
+    fn problem(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn warn(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn root(&mut self, root: &Value) -> Config {
+        let mut config = Config::default();
+        let Some(obj) = root.as_object() else {
+            self.problem(
+                "",
+                format!(
+                    "expected a JSON object at the top level, got {}",
+                    kind(root)
+                ),
+            );
+            return config;
+        };
+        for (key, value) in obj {
+            match key.as_str() {
+                "mcpServers" => config.servers = self.servers(value),
+                "sandbox" => config.sandbox = self.sandbox(value),
+                "pii" => config.pii = self.pii(value),
+                "workspace" => config.workspace = self.workspace(value),
+                other => self.warn(other, "unknown top-level key, ignored"),
+            }
+        }
+        config
+    }
+
+    fn servers(&mut self, value: &Value) -> BTreeMap<String, ServerConfig> {
+        let mut servers = BTreeMap::new();
+        let Some(obj) = self.object("mcpServers", value) else {
+            return servers;
+        };
+        for (name, entry) in obj {
+            let key = format!("mcpServers.{name}");
+            if !valid_server_name(name) {
+                self.problem(
+                    &key,
+                    "server names may use letters, digits, '_' and '-' (1 to 64 characters), \
+                     because they name Python modules and prefix tool names",
+                );
+                continue;
+            }
+            if let Some(server) = self.server(&key, name, entry) {
+                servers.insert(name.clone(), server);
+            }
+        }
+        servers
+    }
+
+    fn server(&mut self, key: &str, name: &str, value: &Value) -> Option<ServerConfig> {
+        let obj = self.object(key, value)?;
+        let disabled = match obj.get("disabled") {
+            Some(v) => self.boolean(&format!("{key}.disabled"), v).unwrap_or(false),
+            None => false,
+        };
+        // A disabled server is kept as written: a missing ${VAR} in it is
+        // no reason to refuse the whole file.
+        let before = self.problems.len();
+        self.lenient = disabled;
+        let parsed = self.server_fields(key, name, obj, disabled);
+        self.lenient = false;
+        if disabled {
+            // A disabled server is never started, so its mistakes are worth
+            // a warning, not a refusal of the whole file.
+            for mut p in self.problems.split_off(before) {
+                p.message
+                    .push_str(" (server is disabled, so this is only a warning)");
+                self.warnings.push(p);
+            }
+        }
+        parsed
+    }
+
+    fn server_fields(
+        &mut self,
+        key: &str,
+        name: &str,
+        obj: &Map<String, Value>,
+        disabled: bool,
+    ) -> Option<ServerConfig> {
+        let declared = match obj.get("type") {
+            Some(v) => {
+                let ty = self.string(&format!("{key}.type"), v)?;
+                match ty.as_str() {
+                    "stdio" => Some("stdio"),
+                    "http" | "streamable-http" | "streamable_http" | "streamableHttp" => {
+                        Some("http")
+                    }
+                    "sse" => Some("sse"),
+                    other => {
+                        self.problem(
+                            format!("{key}.type"),
+                            format!("unknown transport \"{other}\"; expected \"stdio\", \"http\" or \"sse\""),
+                        );
+                        return None;
+                    }
+                }
+            }
+            None => None,
+        };
+        let ty = match declared {
+            Some(ty) => ty,
+            None if obj.contains_key("command") => "stdio",
+            None if obj.contains_key("url") => "http",
+            None => {
+                self.problem(
+                    key,
+                    "a server needs \"command\" (stdio) or \"url\" (http or sse)",
+                );
+                return None;
+            }
+        };
+        for field in obj.keys() {
+            let known = match field.as_str() {
+                "type" | "disabled" | "timeout" => true,
+                "command" | "args" | "env" | "cwd" => ty == "stdio",
+                "url" | "headers" => ty != "stdio",
+                _ => false,
+            };
+            if known {
+                continue;
+            }
+            let is_transport_field =
+                ["command", "args", "env", "cwd", "url", "headers"].contains(&field.as_str());
+            if is_transport_field {
+                self.problem(
+                    format!("{key}.{field}"),
+                    format!("\"{field}\" does not apply to {} {ty} server", article(ty)),
+                );
+            } else if !FOREIGN_SERVER_KEYS.contains(&field.as_str()) {
+                self.warn(format!("{key}.{field}"), "unknown key, ignored");
+            }
+        }
+        let timeout_seconds = match obj.get("timeout") {
+            Some(v) => self.positive(&format!("{key}.timeout"), v, 1, 86_400, "seconds"),
+            None => None,
+        };
+        let transport = match ty {
+            "stdio" => self.stdio(key, obj)?,
+            _ => self.remote(key, ty, obj)?,
+        };
+        Some(ServerConfig {
+            name: name.to_string(),
+            transport,
+            disabled,
+            timeout_seconds,
+        })
+    }
+
+    fn stdio(&mut self, key: &str, obj: &Map<String, Value>) -> Option<Transport> {
+        let Some(command) = obj.get("command") else {
+            self.problem(key, "a stdio server needs \"command\"");
+            return None;
+        };
+        let command = self.expanded(&format!("{key}.command"), command)?;
+        if command.trim().is_empty() {
+            self.problem(format!("{key}.command"), "must not be empty");
+            return None;
+        }
+        let args = match obj.get("args") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| self.expanded(&format!("{key}.args[{i}]"), v))
+                .collect(),
+            Some(other) => {
+                self.problem(
+                    format!("{key}.args"),
+                    format!("expected an array of strings, got {}", kind(other)),
+                );
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        let env = match obj.get("env") {
+            Some(v) => self.string_map(&format!("{key}.env"), v),
+            None => BTreeMap::new(),
+        };
+        let cwd = match obj.get("cwd") {
+            Some(v) => self.expanded(&format!("{key}.cwd"), v).map(PathBuf::from),
+            None => None,
+        };
+        Some(Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        })
+    }
+
+    fn remote(&mut self, key: &str, ty: &str, obj: &Map<String, Value>) -> Option<Transport> {
+        let Some(url) = obj.get("url") else {
+            self.problem(key, format!("an {ty} server needs \"url\""));
+            return None;
+        };
+        let text = self.expanded(&format!("{key}.url"), url)?;
+        let url = match url::Url::parse(&text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => url,
+            Ok(url) => {
+                self.problem(
+                    format!("{key}.url"),
+                    format!(
+                        "expected an http:// or https:// URL, got scheme \"{}\"",
+                        url.scheme()
+                    ),
+                );
+                return None;
+            }
+            Err(e) => {
+                self.problem(
+                    format!("{key}.url"),
+                    format!("not a valid URL ({e}): \"{text}\""),
+                );
+                return None;
+            }
+        };
+        let headers = match obj.get("headers") {
+            Some(v) => self.string_map(&format!("{key}.headers"), v),
+            None => BTreeMap::new(),
+        };
+        Some(if ty == "sse" {
+            Transport::Sse { url, headers }
+        } else {
+            Transport::Http { url, headers }
+        })
+    }
+
+    fn sandbox(&mut self, value: &Value) -> SandboxConfig {
+        let mut s = SandboxConfig::default();
+        let Some(obj) = self.object("sandbox", value) else {
+            return s;
+        };
+        for (field, v) in obj {
+            let key = format!("sandbox.{field}");
+            match field.as_str() {
+                "timeout_seconds" => {
+                    s.timeout_seconds = self
+                        .positive(&key, v, 1, 3600, "seconds")
+                        .unwrap_or(s.timeout_seconds)
+                }
+                "memory_mb" => {
+                    s.memory_mb = self
+                        .positive(&key, v, 16, 1 << 20, "megabytes")
+                        .unwrap_or(s.memory_mb)
+                }
+                "pool_size" => {
+                    s.pool_size = self
+                        .positive(&key, v, 0, 64, "interpreters")
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(s.pool_size)
+                }
+                "max_output_chars" => {
+                    s.max_output_chars = self
+                        .positive(&key, v, 100, 10_000_000, "characters")
+                        .unwrap_or(s.max_output_chars)
+                }
+                "session_idle_seconds" => {
+                    s.session_idle_seconds = self
+                        .positive(&key, v, 1, 7 * 86_400, "seconds")
+                        .unwrap_or(s.session_idle_seconds)
+                }
+                "python" => {
+                    if let Some(p) = self.expanded(&key, v) {
+                        if Path::new(&p).is_absolute() {
+                            s.python = PathBuf::from(p);
+                        } else {
+                            self.problem(
+                                &key,
+                                format!(
+                                    "expected an absolute path to a Python interpreter, got \"{p}\""
+                                ),
+                            );
+                        }
+                    }
+                }
+                "network" => s.network = self.boolean(&key, v).unwrap_or(s.network),
+                "allow_unsandboxed" => {
+                    s.allow_unsandboxed = self.boolean(&key, v).unwrap_or(s.allow_unsandboxed)
+                }
+                _ => self.unknown(&key, SANDBOX_KEYS),
+            }
+        }
+        s
+    }
+
+    fn pii(&mut self, value: &Value) -> PiiConfig {
+        let mut p = PiiConfig::default();
+        let Some(obj) = self.object("pii", value) else {
+            return p;
+        };
+        for (field, v) in obj {
+            let key = format!("pii.{field}");
+            match field.as_str() {
+                "mode" => match self.string(&key, v).as_deref() {
+                    Some("auto") => p.mode = PiiMode::Auto,
+                    Some("manual") => p.mode = PiiMode::Manual,
+                    Some("off") => p.mode = PiiMode::Off,
+                    Some(other) => self.problem(
+                        &key,
+                        format!(
+                            "unknown mode \"{other}\"; expected \"auto\", \"manual\" or \"off\""
+                        ),
+                    ),
+                    None => {}
+                },
+                "types" => {
+                    if let Some(list) = self.string_list(&key, v) {
+                        let mut types = Vec::new();
+                        for (i, name) in list.iter().enumerate() {
+                            match PiiType::from_name(name) {
+                                Some(t) if !types.contains(&t) => types.push(t),
+                                Some(_) => {}
+                                None => self.problem(
+                                    format!("{key}[{i}]"),
+                                    format!(
+                                        "unknown type \"{name}\"; expected one of {}",
+                                        PiiType::ALL.map(|t| t.name()).join(", ")
+                                    ),
+                                ),
+                            }
+                        }
+                        p.types = types;
+                    }
+                }
+                "restore_to" => {
+                    if let Some(list) = self.string_list(&key, v) {
+                        p.restore_to = list;
+                    }
+                }
+                _ => self.unknown(&key, PII_KEYS),
+            }
+        }
+        p
+    }
+
+    fn workspace(&mut self, value: &Value) -> WorkspaceConfig {
+        let mut w = WorkspaceConfig::default();
+        let Some(obj) = self.object("workspace", value) else {
+            return w;
+        };
+        for (field, v) in obj {
+            let key = format!("workspace.{field}");
+            match field.as_str() {
+                "max_file_bytes" => {
+                    w.max_file_bytes = self
+                        .positive(&key, v, 1, 1 << 40, "bytes")
+                        .unwrap_or(w.max_file_bytes)
+                }
+                _ => self.unknown(&key, WORKSPACE_KEYS),
+            }
+        }
+        w
+    }
+
+    // --- typed leaves -------------------------------------------------------
+
+    fn unknown(&mut self, key: &str, expected: &[&str]) {
+        self.problem(
+            key,
+            format!("unknown key; expected one of {}", expected.join(", ")),
+        );
+    }
+
+    fn object<'v>(&mut self, key: &str, value: &'v Value) -> Option<&'v Map<String, Value>> {
+        match value {
+            Value::Object(obj) => Some(obj),
+            other => {
+                self.problem(key, format!("expected an object, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    fn string(&mut self, key: &str, value: &Value) -> Option<String> {
+        match value {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                self.problem(key, format!("expected a string, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    /// A string with `${VAR}` expanded.
+    fn expanded(&mut self, key: &str, value: &Value) -> Option<String> {
+        let raw = self.string(key, value)?;
+        match expand(&raw, self.lookup) {
+            Ok(s) => Some(s),
+            Err(e) if self.lenient => {
+                self.warn(
+                    key,
+                    format!("{e} (server is disabled, so this is only a warning)"),
+                );
+                Some(raw)
+            }
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, key: &str, value: &Value) -> Option<bool> {
+        match value {
+            Value::Bool(b) => Some(*b),
+            other => {
+                self.problem(key, format!("expected true or false, got {}", kind(other)));
+                None
+            }
+        }
+    }
+
+    fn positive(
+        &mut self,
+        key: &str,
+        value: &Value,
+        min: u64,
+        max: u64,
+        unit: &str,
+    ) -> Option<u64> {
+        match value.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            _ => {
+                self.problem(
+                    key,
+                    format!(
+                        "expected a whole number of {unit} from {min} to {max}, got {}",
+                        short(value)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn string_list(&mut self, key: &str, value: &Value) -> Option<Vec<String>> {
+        let Value::Array(items) = value else {
+            self.problem(
+                key,
+                format!("expected an array of strings, got {}", kind(value)),
+            );
+            return None;
+        };
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, v)| self.string(&format!("{key}[{i}]"), v))
+                .collect(),
+        )
+    }
+
+    fn string_map(&mut self, key: &str, value: &Value) -> BTreeMap<String, Secret> {
+        let Some(obj) = self.object(key, value) else {
+            return BTreeMap::new();
+        };
+        obj.iter()
+            .filter_map(|(k, v)| {
+                self.expanded(&format!("{key}.{k}"), v)
+                    .map(|s| (k.clone(), Secret::new(s)))
+            })
+            .collect()
+    }
+}
+
+const SANDBOX_KEYS: &[&str] = &[
+    "timeout_seconds",
+    "memory_mb",
+    "python",
+    "pool_size",
+    "network",
+    "allow_unsandboxed",
+    "max_output_chars",
+    "session_idle_seconds",
+];
+const PII_KEYS: &[&str] = &["mode", "types", "restore_to"];
+const WORKSPACE_KEYS: &[&str] = &["max_file_bytes"];
+
+fn article(ty: &str) -> &'static str {
+    if ty == "stdio" { "a" } else { "an" }
+}
+
+/// serde_json appends " at line L column C", which the error already says.
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    }
+}
+
+fn valid_server_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A value quoted for an error message, cut short when long.
+fn short(value: &Value) -> String {
+    let text = value.to_string();
+    if text.chars().count() > 40 {
+        format!("{}…", text.chars().take(40).collect::<String>())
+    } else {
+        text
+    }
+}

@@ -1,0 +1,169 @@
+//! Config parsing: what valid files turn into and what invalid ones say.
+
+use std::path::Path;
+
+use cem_config::{ConfigError, PiiMode, PiiType, Transport, parse_str};
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "GITHUB_TOKEN" => Some("ghp_example".into()),
+        "HOME" => Some("/home/me".into()),
+        _ => None,
+    }
+}
+
+fn parse(text: &str) -> Result<cem_config::Parsed, ConfigError> {
+    parse_str(text, Path::new("mcp_config.json"), &env)
+}
+
+fn error(text: &str) -> String {
+    match parse(text) {
+        Ok(p) => panic!("expected an error, parsed {:?}", p.config),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn claude_desktop_style_config_parses() -> Result<(), ConfigError> {
+    let parsed = parse(
+        r#"{
+          "mcpServers": {
+            "git": {"command": "uvx", "args": ["mcp-server-git", "--repository", "${HOME}/repo"]},
+            "github": {"type": "http", "url": "https://api.example.com/mcp",
+                       "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:3001/sse"},
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+                   "env": {"TOKEN": "${GITHUB_TOKEN}"}, "cwd": "/tmp", "autoApprove": []},
+            "off": {"command": "nope", "env": {"K": "${UNSET_VAR}"}, "disabled": true}
+          },
+          "sandbox": {"timeout_seconds": 10, "memory_mb": 256, "pool_size": 4},
+          "pii": {"mode": "manual", "types": ["email", "ip"]}
+        }"#,
+    )?;
+    let c = &parsed.config;
+    assert_eq!(c.servers.len(), 5);
+    match &c.servers["git"].transport {
+        Transport::Stdio { command, args, .. } => {
+            assert_eq!(command, "uvx");
+            assert_eq!(args[2], "/home/me/repo");
+        }
+        other => panic!("git should be stdio, got {other:?}"),
+    }
+    match &c.servers["github"].transport {
+        Transport::Http { url, headers } => {
+            assert_eq!(url.as_str(), "https://api.example.com/mcp");
+            assert_eq!(headers["Authorization"].expose(), "Bearer ghp_example");
+        }
+        other => panic!("github should be http, got {other:?}"),
+    }
+    assert_eq!(c.servers["legacy"].transport.kind(), "sse");
+    assert!(c.servers["off"].disabled);
+    assert_eq!(c.sandbox.timeout_seconds, 10);
+    assert_eq!(c.sandbox.memory_mb, 256);
+    assert_eq!(c.sandbox.pool_size, 4);
+    assert_eq!(c.pii.mode, PiiMode::Manual);
+    assert_eq!(c.pii.types, vec![PiiType::Email, PiiType::Ip]);
+    // The disabled server's unset variable is a warning, not a refusal.
+    assert!(
+        parsed
+            .warnings
+            .iter()
+            .any(|w| w.key == "mcpServers.off.env.K"),
+        "{:?}",
+        parsed.warnings
+    );
+    // Secrets never show in debug output (which is what logs print).
+    let debug = format!("{c:?}");
+    assert!(!debug.contains("ghp_example"), "{debug}");
+    Ok(())
+}
+
+#[test]
+fn type_is_inferred_from_command_or_url() -> Result<(), ConfigError> {
+    let parsed = parse(
+        r#"{"mcpServers": {"a": {"command": "x"}, "b": {"url": "http://127.0.0.1:1/mcp"}}}"#,
+    )?;
+    assert_eq!(parsed.config.servers["a"].transport.kind(), "stdio");
+    assert_eq!(parsed.config.servers["b"].transport.kind(), "http");
+    Ok(())
+}
+
+#[test]
+fn empty_object_gives_defaults() -> Result<(), ConfigError> {
+    let parsed = parse("{}")?;
+    assert!(parsed.config.servers.is_empty());
+    assert_eq!(parsed.config.sandbox.timeout_seconds, 30);
+    assert_eq!(parsed.config.sandbox.memory_mb, 500);
+    assert_eq!(parsed.config.pii.mode, PiiMode::Auto);
+    assert!(
+        !parsed.config.pii.types.contains(&PiiType::Ip),
+        "IP addresses are opt-in"
+    );
+    Ok(())
+}
+
+#[test]
+fn unknown_top_level_and_foreign_server_keys_only_warn() -> Result<(), ConfigError> {
+    let parsed =
+        parse(r#"{"globalShortcut": "x", "mcpServers": {"a": {"command": "x", "weird": 1}}}"#)?;
+    let keys: Vec<_> = parsed.warnings.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(keys, vec!["globalShortcut", "mcpServers.a.weird"]);
+    Ok(())
+}
+
+#[test]
+fn stdio_server_without_command() {
+    insta::assert_snapshot!(error(
+        r#"{"mcpServers": {"git": {"type": "stdio", "args": ["x"]}}}"#
+    ));
+}
+
+#[test]
+fn server_without_command_or_url() {
+    insta::assert_snapshot!(error(r#"{"mcpServers": {"git": {}}}"#));
+}
+
+#[test]
+fn remote_server_problems() {
+    insta::assert_snapshot!(error(
+        r#"{"mcpServers": {
+            "a": {"type": "http"},
+            "b": {"type": "sse", "url": "not a url"},
+            "c": {"url": "ftp://example.com/x"},
+            "d": {"type": "websocket", "url": "ws://x"},
+            "e": {"type": "http", "url": "http://x/mcp", "command": "x"},
+            "f": {"url": "http://x/mcp", "headers": {"Authorization": "Bearer ${MISSING_TOKEN}"}}
+        }}"#
+    ));
+}
+
+#[test]
+fn wrong_types_everywhere() {
+    insta::assert_snapshot!(error(
+        r#"{"mcpServers": {"git": {"command": 3, "args": "x", "env": [], "disabled": "no"},
+                           "bad name!": {"command": "x"}},
+            "sandbox": {"timeout_seconds": 0, "memory_mb": "lots", "python": "python3", "memroy_mb": 1},
+            "pii": {"mode": "sometimes", "types": ["email", "dna"]},
+            "workspace": {"max_file_bytes": -1}}"#
+    ));
+}
+
+#[test]
+fn not_an_object() {
+    insta::assert_snapshot!(error("[1, 2]"));
+    insta::assert_snapshot!(error(r#"{"mcpServers": []}"#));
+}
+
+#[test]
+fn syntax_error_points_at_line_and_column() {
+    insta::assert_snapshot!(error(
+        "{\n  \"mcpServers\": {\n    \"git\": {\"command\": \"x\",}\n  }\n}"
+    ));
+}
+
+#[test]
+fn bad_variable_references() {
+    insta::assert_snapshot!(error(
+        r#"{"mcpServers": {"a": {"command": "${UNCLOSED"}, "b": {"command": "${not ok}"}}}"#
+    ));
+}

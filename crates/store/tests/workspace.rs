@@ -1,0 +1,210 @@
+//! The workspace keeps every access inside its directory.
+
+use std::os::unix::fs::symlink;
+
+use cem_store::{Workspace, WorkspaceError};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn setup(limit: u64) -> Result<(tempfile::TempDir, Workspace), Box<dyn std::error::Error>> {
+    let tmp = tempfile::tempdir()?;
+    let ws = Workspace::open(&tmp.path().join("ws"), limit)?;
+    Ok((tmp, ws))
+}
+
+#[test]
+fn write_read_list_round_trip() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    let w = ws.write("reports/q1/summary.json", b"{\"a\": 1}")?;
+    assert!(w.created);
+    assert_eq!(w.size, 8);
+    assert_eq!(ws.read_text("reports/q1/summary.json")?, "{\"a\": 1}");
+    let again = ws.write("./reports/q1/summary.json", b"{}")?;
+    assert!(!again.created, "overwriting is not creating");
+    assert_eq!(ws.read_text("reports/q1/summary.json")?, "{}");
+
+    let listing = ws.list("")?;
+    let paths: Vec<_> = listing
+        .entries
+        .iter()
+        .map(|e| (e.path.as_str(), e.kind))
+        .collect();
+    assert_eq!(
+        paths,
+        vec![
+            ("reports", "directory"),
+            ("reports/q1", "directory"),
+            ("reports/q1/summary.json", "file")
+        ]
+    );
+    assert_eq!(ws.list("reports/q1")?.entries.len(), 1);
+    assert_eq!(ws.usage()?.files, 1);
+    assert_eq!(ws.usage()?.bytes, 2);
+    Ok(())
+}
+
+#[test]
+fn traversal_absolute_and_nul_are_refused() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    for bad in [
+        "../escape.txt",
+        "a/../../escape.txt",
+        "/etc/passwd",
+        "a\0b",
+        "",
+        "dir/",
+    ] {
+        let err = ws.write(bad, b"x").err();
+        assert!(
+            matches!(err, Some(WorkspaceError::BadPath { .. })),
+            "{bad:?}: {err:?}"
+        );
+        assert!(
+            matches!(ws.read(bad), Err(WorkspaceError::BadPath { .. })),
+            "{bad:?}"
+        );
+    }
+    assert!(matches!(
+        ws.list("../"),
+        Err(WorkspaceError::BadPath { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn symlinks_out_of_the_workspace_are_not_followed() -> TestResult {
+    let (tmp, ws) = setup(1024)?;
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir(&outside)?;
+    std::fs::write(outside.join("secret.txt"), "host secret")?;
+    symlink(outside.join("secret.txt"), ws.root().join("link.txt"))?;
+    symlink(&outside, ws.root().join("linkdir"))?;
+    symlink("/etc/passwd", ws.root().join("passwd"))?;
+
+    for path in ["link.txt", "linkdir/secret.txt", "passwd"] {
+        let err = ws.read(path).err();
+        assert!(
+            matches!(err, Some(WorkspaceError::Escapes { .. })),
+            "{path}: {err:?}"
+        );
+    }
+    // Writing through a symlinked directory is refused and nothing lands outside.
+    let err = ws.write("linkdir/new.txt", b"x").err();
+    assert!(
+        matches!(err, Some(WorkspaceError::Escapes { .. })),
+        "{err:?}"
+    );
+    assert!(!outside.join("new.txt").exists());
+    // Writing to a symlinked file replaces the link, never the target.
+    ws.write("link.txt", b"replaced")?;
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret.txt"))?,
+        "host secret"
+    );
+    assert_eq!(ws.read_text("link.txt")?, "replaced");
+    // A listing shows links as links and does not descend into them.
+    let listing = ws.list("")?;
+    assert!(
+        listing
+            .entries
+            .iter()
+            .any(|e| e.path == "linkdir" && e.kind == "symlink")
+    );
+    assert!(
+        !listing
+            .entries
+            .iter()
+            .any(|e| e.path.starts_with("linkdir/"))
+    );
+    Ok(())
+}
+
+#[test]
+fn symlinks_inside_the_workspace_still_work() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    ws.write("data/real.txt", b"inside")?;
+    symlink("data/real.txt", ws.root().join("alias.txt"))?;
+    assert_eq!(ws.read_text("alias.txt")?, "inside");
+    Ok(())
+}
+
+#[test]
+fn size_limits_apply_to_writes_and_reads() -> TestResult {
+    let (_tmp, ws) = setup(10)?;
+    assert!(matches!(
+        ws.write("big.txt", &[b'x'; 11]),
+        Err(WorkspaceError::TooLarge {
+            size: 11,
+            limit: 10
+        })
+    ));
+    assert!(
+        !ws.root().join("big.txt").exists(),
+        "a refused write leaves nothing"
+    );
+    std::fs::write(ws.root().join("grown.txt"), [b'y'; 50])?;
+    assert!(matches!(
+        ws.read("grown.txt"),
+        Err(WorkspaceError::TooLargeToRead { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn special_files_and_directories_are_refused_without_hanging() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    let fifo = ws.root().join("pipe");
+    let status = std::process::Command::new("mkfifo").arg(&fifo).status()?;
+    assert!(status.success());
+    assert!(matches!(
+        ws.read("pipe"),
+        Err(WorkspaceError::NotRegular { .. })
+    ));
+    std::fs::create_dir(ws.root().join("dir"))?;
+    assert!(matches!(
+        ws.read("dir"),
+        Err(WorkspaceError::IsDirectory { .. })
+    ));
+    assert!(matches!(
+        ws.write("dir", b"x"),
+        Err(WorkspaceError::IsDirectory { .. })
+    ));
+    assert!(matches!(
+        ws.read("missing.txt"),
+        Err(WorkspaceError::NotFound { .. })
+    ));
+    std::fs::write(ws.root().join("bin"), [0xff, 0xfe, 0x00])?;
+    assert!(matches!(
+        ws.read_text("bin"),
+        Err(WorkspaceError::NotText { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn concurrent_writes_to_one_file_never_tear() -> TestResult {
+    let (_tmp, ws) = setup(1 << 20)?;
+    let ws = std::sync::Arc::new(ws);
+    let payloads: Vec<Vec<u8>> = (0..8u8).map(|i| vec![b'a' + i; 64 * 1024]).collect();
+    std::thread::scope(|s| {
+        for p in &payloads {
+            let ws = ws.clone();
+            s.spawn(move || {
+                for _ in 0..20 {
+                    ws.write("shared.bin", p)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            });
+        }
+    });
+    let content = ws.read("shared.bin")?;
+    assert_eq!(content.len(), 64 * 1024);
+    assert!(
+        content.iter().all(|b| *b == content[0]),
+        "file mixes two writes"
+    );
+    assert_eq!(ws.list("")?.entries.len(), 1, "no temp files left behind");
+    Ok(())
+}
