@@ -1,0 +1,96 @@
+//! Command-line arguments.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "code-execution-mcp",
+    version,
+    about = "An MCP server that lets AI agents work with many MCP tools through code."
+)]
+pub struct Cli {
+    /// Config file (mcp_config.json format). Default: ./mcp_config.json, then
+    /// the user config directory.
+    #[arg(
+        long,
+        global = true,
+        env = "CODE_EXECUTION_MCP_CONFIG",
+        value_name = "FILE"
+    )]
+    pub config: Option<PathBuf>,
+
+    /// Where the workspace, skills and caches live. Default: the user data
+    /// directory (for example ~/.local/share/code-execution-mcp).
+    #[arg(
+        long,
+        global = true,
+        env = "CODE_EXECUTION_MCP_DATA_DIR",
+        value_name = "DIR"
+    )]
+    pub data_dir: Option<PathBuf>,
+
+    /// Log level or filter (error, warn, info, debug, trace). Logs go to stderr.
+    #[arg(
+        long,
+        global = true,
+        env = "CODE_EXECUTION_MCP_LOG",
+        default_value = "info"
+    )]
+    pub log_level: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve MCP over stdio (default) or streamable HTTP.
+    Serve(ServeArgs),
+    /// Check what works on this machine: config, data dir, Python.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8765")]
+    pub http: Option<SocketAddr>,
+
+    /// Require `Authorization: Bearer TOKEN` on every HTTP request.
+    #[arg(
+        long,
+        env = "CODE_EXECUTION_MCP_AUTH_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub auth_token: Option<String>,
+
+    /// Also accept this Host header (repeatable); loopback names are always accepted.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+
+    /// Also accept this Origin (repeatable, e.g. https://app.example.com:443).
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
+
+    /// Which tools to list: all of them, or only execute_code, search_tools
+    /// and get_tool_definition.
+    #[arg(long, value_enum, default_value_t = ToolsArg::Full)]
+    pub tools: ToolsArg,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ToolsArg {
+    Full,
+    Minimal,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,193 @@
+//! `doctor`: what works on this machine, one line a check.
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::args::{Cli, DoctorArgs};
+use crate::setup;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Status {
+    fn label(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "FAIL",
+        }
+    }
+}
+
+struct Check {
+    name: &'static str,
+    status: Status,
+    detail: String,
+}
+
+pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
+    let mut checks = Vec::new();
+
+    let config = match setup::load_config(cli) {
+        Ok(loaded) => {
+            let detail = match &loaded.located {
+                Some(l) => format!(
+                    "{} (found via {}), {} upstream server(s)",
+                    l.path.display(),
+                    l.source.describe(),
+                    loaded.config.servers.len()
+                ),
+                None => "no config file; using defaults with no upstream servers".to_string(),
+            };
+            checks.push(Check {
+                name: "config",
+                status: Status::Ok,
+                detail,
+            });
+            Some(loaded.config)
+        }
+        Err(e) => {
+            checks.push(Check {
+                name: "config",
+                status: Status::Fail,
+                detail: e.to_string(),
+            });
+            None
+        }
+    };
+
+    checks.push(match setup::data_dir(cli) {
+        Ok(dir) => data_dir_check(&dir),
+        Err(e) => Check {
+            name: "data dir",
+            status: Status::Fail,
+            detail: format!("{e:#}"),
+        },
+    });
+
+    let python = config
+        .as_ref()
+        .map(|c| c.sandbox.python.clone())
+        .unwrap_or_else(|| cem_config::SandboxConfig::default().python);
+    checks.push(python_check(&python));
+
+    checks.push(Check {
+        name: "sandbox",
+        status: Status::Warn,
+        detail: "code execution is not part of this build yet; no isolation layer is checked"
+            .into(),
+    });
+
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    if args.json {
+        let report: Vec<_> = checks
+            .iter()
+            .map(|c| json!({"check": c.name, "status": c.status.label().to_lowercase(), "detail": c.detail}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"ok": !failed, "checks": report}))?
+        );
+    } else {
+        for c in &checks {
+            println!(
+                "{:<5} {:<9} {}",
+                c.status.label(),
+                c.name,
+                c.detail.replace('\n', "\n                ")
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn data_dir_check(dir: &Path) -> Check {
+    let probe = dir.join(".doctor-probe");
+    let result = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&probe, b"ok"))
+        .and_then(|()| std::fs::remove_file(&probe));
+    match result {
+        Ok(()) => Check {
+            name: "data dir",
+            status: Status::Ok,
+            detail: format!("{} is writable", dir.display()),
+        },
+        Err(e) => Check {
+            name: "data dir",
+            status: Status::Fail,
+            detail: format!(
+                "{} is not writable ({e}); pass --data-dir or set CODE_EXECUTION_MCP_DATA_DIR",
+                dir.display()
+            ),
+        },
+    }
+}
+
+fn python_check(python: &Path) -> Check {
+    let fail = |detail: String| Check {
+        name: "python",
+        status: Status::Fail,
+        detail,
+    };
+    let mut child = match Command::new(python)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            return fail(format!(
+                "{} cannot be run ({e}); install python3 or set sandbox.python in the config",
+                python.display()
+            ));
+        }
+    };
+    // A broken interpreter must not hang doctor.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                return fail(format!(
+                    "{} --version did not answer within 10 s",
+                    python.display()
+                ));
+            }
+        }
+    }
+    match child.wait_with_output() {
+        Ok(out) if out.status.success() => {
+            let text = String::from_utf8_lossy(if out.stdout.is_empty() {
+                &out.stderr
+            } else {
+                &out.stdout
+            });
+            Check {
+                name: "python",
+                status: Status::Ok,
+                detail: format!("{} ({})", python.display(), text.trim()),
+            }
+        }
+        Ok(out) => fail(format!(
+            "{} --version failed with {}",
+            python.display(),
+            out.status
+        )),
+        Err(e) => fail(format!("{} --version failed: {e}", python.display())),
+    }
+}

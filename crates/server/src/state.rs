@@ -1,0 +1,57 @@
+//! Process-wide state shared by every MCP session.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use cem_config::Config;
+use cem_store::{Workspace, WorkspaceError};
+
+use crate::ToolSet;
+
+/// Everything the tools need that outlives one session.
+#[derive(Debug)]
+pub struct AppState {
+    pub config: Config,
+    /// Where the config came from, for `get_execution_stats` (None: defaults).
+    pub config_path: Option<PathBuf>,
+    pub data_dir: PathBuf,
+    pub workspace: Workspace,
+    pub tool_set: ToolSet,
+    pub started: Instant,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot use data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the workspace: {0}")]
+    Workspace(#[from] WorkspaceError),
+}
+
+impl AppState {
+    /// Opens the data directory (creating it) and the workspace inside it.
+    pub fn open(
+        config: Config,
+        config_path: Option<PathBuf>,
+        data_dir: &Path,
+        tool_set: ToolSet,
+    ) -> Result<Self, StateError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StateError::DataDir {
+            path: data_dir.to_path_buf(),
+            source,
+        })?;
+        let workspace =
+            Workspace::open(&data_dir.join("workspace"), config.workspace.max_file_bytes)?;
+        Ok(Self {
+            config,
+            config_path,
+            data_dir: data_dir.to_path_buf(),
+            workspace,
+            tool_set,
+            started: Instant::now(),
+        })
+    }
+}

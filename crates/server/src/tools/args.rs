@@ -1,0 +1,106 @@
+//! Tool arguments, checked with errors that name the argument.
+
+use serde_json::{Map, Value};
+
+use super::ToolFailure;
+
+/// The arguments of one call, checked against the names a tool accepts.
+#[derive(Debug, Default)]
+pub struct Args(Map<String, Value>);
+
+impl Args {
+    pub fn new(map: Option<Map<String, Value>>) -> Self {
+        Self(map.unwrap_or_default())
+    }
+
+    /// Refuses arguments outside `known`: a misspelt optional argument
+    /// would otherwise be silently ignored.
+    pub fn only(&self, known: &[&str]) -> Result<(), ToolFailure> {
+        match self.0.keys().find(|k| !known.contains(&k.as_str())) {
+            None => Ok(()),
+            Some(k) if known.is_empty() => Err(ToolFailure(format!(
+                "unknown argument '{k}'; this tool takes no arguments"
+            ))),
+            Some(k) => Err(ToolFailure(format!(
+                "unknown argument '{k}'; expected {}",
+                known.join(", ")
+            ))),
+        }
+    }
+
+    /// A required string argument.
+    pub fn string(&self, name: &str) -> Result<String, ToolFailure> {
+        match self.0.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            None | Some(Value::Null) => Err(ToolFailure(format!(
+                "missing required argument '{name}' (a string)"
+            ))),
+            Some(other) => Err(ToolFailure(format!(
+                "argument '{name}' must be a string, got {}",
+                kind(other)
+            ))),
+        }
+    }
+
+    /// An optional string argument (absent or null: `None`).
+    pub fn opt_string(&self, name: &str) -> Result<Option<String>, ToolFailure> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(_) => self.string(name).map(Some),
+        }
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> Args {
+        Args::new(v.as_object().cloned())
+    }
+
+    #[test]
+    fn names_the_argument_in_every_error() {
+        let a = args(json!({"filename": 3, "extra": true}));
+        assert_eq!(
+            a.only(&["filename", "content"]),
+            Err(ToolFailure(
+                "unknown argument 'extra'; expected filename, content".into()
+            ))
+        );
+        assert_eq!(
+            a.string("filename"),
+            Err(ToolFailure(
+                "argument 'filename' must be a string, got a number".into()
+            ))
+        );
+        assert_eq!(
+            a.string("content"),
+            Err(ToolFailure(
+                "missing required argument 'content' (a string)".into()
+            ))
+        );
+        assert_eq!(
+            args(json!({"subpath": null})).opt_string("subpath"),
+            Ok(None)
+        );
+        assert_eq!(
+            args(json!({"x": 1})).only(&[]),
+            Err(ToolFailure(
+                "unknown argument 'x'; this tool takes no arguments".into()
+            ))
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! The tools this server exposes: their definitions and their dispatch.
+//!
+//! Schemas are written by hand rather than derived: derived schemas carry
+//! titles, `$schema` and format noise that every agent would pay for in
+//! context on each `tools/list`.
+
+mod args;
+mod stats;
+mod workspace;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+pub use args::Args;
+
+use crate::AppState;
+
+/// Which tools `tools/list` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolSet {
+    /// Every tool.
+    #[default]
+    Full,
+    /// Only execute_code, search_tools and get_tool_definition, for agents
+    /// that want the least context.
+    Minimal,
+}
+
+/// One tool: its name, its one-line description and its input schema.
+pub struct ToolDef {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub schema: fn() -> Value,
+    /// Listed under `--tools minimal` too.
+    pub minimal: bool,
+}
+
+/// Every tool, in the order `tools/list` shows them.
+pub const TOOLS: &[ToolDef] = &[
+    workspace::WRITE,
+    workspace::READ,
+    workspace::LIST,
+    stats::STATS,
+];
+
+/// The tools listed for `set`.
+pub fn listed(set: ToolSet) -> impl Iterator<Item = &'static ToolDef> {
+    TOOLS
+        .iter()
+        .filter(move |t| set == ToolSet::Full || t.minimal)
+}
+
+/// A tool's failure, returned to the agent as a tool error it can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolFailure(pub String);
+
+impl<E: std::error::Error> From<E> for ToolFailure {
+    fn from(e: E) -> Self {
+        ToolFailure(e.to_string())
+    }
+}
+
+/// What a tool returns: a JSON object (success) or a failure message.
+pub type ToolResult = Result<Value, ToolFailure>;
+
+/// Runs `name` with `args`. `None` means there is no such tool.
+pub async fn call(state: &Arc<AppState>, name: &str, args: Args) -> Option<ToolResult> {
+    let listed = listed(state.tool_set).any(|t| t.name == name);
+    if !listed {
+        return None;
+    }
+    Some(match name {
+        "write_workspace_file" => workspace::write(state, args).await,
+        "read_workspace_file" => workspace::read(state, args).await,
+        "list_workspace_files" => workspace::list(state, args).await,
+        "get_execution_stats" => stats::stats(state, args).await,
+        _ => return None,
+    })
+}
+
+/// The success answer: `{"success": true, ...fields}`.
+pub fn success(fields: Value) -> Value {
+    let mut out = json!({"success": true});
+    if let (Some(out), Value::Object(fields)) = (out.as_object_mut(), fields) {
+        out.extend(fields);
+    }
+    out
+}
+
+/// Runs blocking file work off the async executor.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolFailure> + Send + 'static,
+) -> Result<T, ToolFailure> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ToolFailure(format!("internal error: the task failed ({e}); retry")))?
+}

@@ -1,0 +1,61 @@
+//! get_execution_stats: what this server is and has, in one answer.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{Args, ToolDef, ToolResult, blocking, listed, success};
+use crate::AppState;
+
+pub const STATS: ToolDef = ToolDef {
+    name: "get_execution_stats",
+    description: "Server status: workspace usage, limits, sandbox layers, upstream servers, PII mode.",
+    schema: || json!({"type": "object", "properties": {}}),
+    minimal: false,
+};
+
+pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&[])?;
+    let st = state.clone();
+    let usage = blocking(move || Ok(st.workspace.usage()?)).await?;
+    let config = &state.config;
+    let upstreams: Vec<_> = config
+        .servers
+        .values()
+        .map(|s| {
+            json!({
+                "name": s.name,
+                "type": s.transport.kind(),
+                "disabled": s.disabled,
+                // Connecting to upstreams lands with the upstream manager;
+                // until then they are only configured.
+                "state": if s.disabled { "disabled" } else { "configured" },
+            })
+        })
+        .collect();
+    Ok(success(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_seconds": state.started.elapsed().as_secs(),
+        "config": state.config_path.as_ref().map(|p| p.display().to_string()),
+        "data_dir": state.data_dir.display().to_string(),
+        "workspace": {
+            "path": state.workspace.root().display().to_string(),
+            "files": usage.files,
+            "bytes": usage.bytes,
+            "max_file_bytes": state.workspace.max_file_bytes(),
+        },
+        "limits": {
+            "timeout_seconds": config.sandbox.timeout_seconds,
+            "memory_mb": config.sandbox.memory_mb,
+            "max_output_chars": config.sandbox.max_output_chars,
+            "pool_size": config.sandbox.pool_size,
+        },
+        "sandbox": {
+            "available": false,
+            "note": "code execution is not part of this build yet, so no sandbox layer is in force",
+        },
+        "upstream_servers": upstreams,
+        "pii": {"mode": config.pii.mode, "types": config.pii.types},
+        "tools": listed(state.tool_set).map(|t| t.name).collect::<Vec<_>>(),
+    })))
+}

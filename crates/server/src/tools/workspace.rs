@@ -1,0 +1,105 @@
+//! write_workspace_file, read_workspace_file, list_workspace_files.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Args, ToolDef, ToolResult, blocking, success};
+use crate::AppState;
+
+pub const WRITE: ToolDef = ToolDef {
+    name: "write_workspace_file",
+    description: "Write a text file to the persistent workspace (atomic; creates parent dirs; replaces an existing file).",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "filename": {"type": "string", "description": "Path relative to the workspace"},
+                "content": {"type": "string"}
+            },
+            "required": ["filename", "content"]
+        })
+    },
+    minimal: false,
+};
+
+pub const READ: ToolDef = ToolDef {
+    name: "read_workspace_file",
+    description: "Read a UTF-8 text file from the workspace.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {"filename": {"type": "string", "description": "Path relative to the workspace"}},
+            "required": ["filename"]
+        })
+    },
+    minimal: false,
+};
+
+pub const LIST: ToolDef = ToolDef {
+    name: "list_workspace_files",
+    description: "List workspace files and directories recursively, with sizes.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {"subpath": {"type": "string", "description": "Directory to list (default: all)"}}
+        })
+    },
+    minimal: false,
+};
+
+pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["filename", "content"])?;
+    let filename = args.string("filename")?;
+    let content = args.string("content")?;
+    let state = state.clone();
+    let written =
+        blocking(move || Ok(state.workspace.write(&filename, content.as_bytes())?)).await?;
+    let verb = if written.created {
+        "Created"
+    } else {
+        "Replaced"
+    };
+    Ok(success(json!({
+        "message": format!("{verb} {} ({} bytes)", written.path, written.size),
+        "filename": written.path,
+        "size": written.size,
+    })))
+}
+
+pub async fn read(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["filename"])?;
+    let filename = args.string("filename")?;
+    let state = state.clone();
+    let shown = filename.clone();
+    let content = blocking(move || Ok(state.workspace.read_text(&filename)?)).await?;
+    Ok(success(json!({
+        "filename": shown,
+        "content": content,
+        "size": content.len(),
+    })))
+}
+
+pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["subpath"])?;
+    let subpath = args.opt_string("subpath")?.unwrap_or_default();
+    let state = state.clone();
+    let listing = blocking(move || Ok(state.workspace.list(&subpath)?)).await?;
+    let mut answer = success(json!({
+        "files": listing.entries,
+        "count": listing.entries.len(),
+    }));
+    if listing.truncated {
+        if let Some(obj) = answer.as_object_mut() {
+            obj.insert("truncated".into(), Value::Bool(true));
+            obj.insert(
+                "message".into(),
+                json!(format!(
+                    "only the first {} entries are listed; pass subpath to narrow",
+                    cem_store::LIST_LIMIT
+                )),
+            );
+        }
+    }
+    Ok(answer)
+}
