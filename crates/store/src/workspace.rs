@@ -94,18 +94,18 @@ impl Workspace {
         }
         let shown = rel.display().to_string();
         let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(parent) = parent {
-            if let Err(e) = self.dir.create_dir_all(parent) {
-                // EEXIST here means a component is not a directory we may
-                // enter, typically a symlink leading out; find out which.
-                return Err(match self.dir.metadata(parent) {
-                    Err(inner) => WorkspaceError::io(&shown, inner),
-                    Ok(meta) if !meta.is_dir() => WorkspaceError::NotDirectory {
-                        path: parent.display().to_string(),
-                    },
-                    Ok(_) => WorkspaceError::io(&shown, e),
-                });
-            }
+        if let Some(parent) = parent
+            && let Err(e) = self.dir.create_dir_all(parent)
+        {
+            // EEXIST here means a component is not a directory we may
+            // enter, typically a symlink leading out; find out which.
+            return Err(match self.dir.metadata(parent) {
+                Err(inner) => WorkspaceError::io(&shown, inner),
+                Ok(meta) if !meta.is_dir() => WorkspaceError::NotDirectory {
+                    path: parent.display().to_string(),
+                },
+                Ok(_) => WorkspaceError::io(&shown, e),
+            });
         }
         let created = match self.dir.symlink_metadata(&rel) {
             Ok(meta) if meta.is_dir() => return Err(WorkspaceError::IsDirectory { path: shown }),

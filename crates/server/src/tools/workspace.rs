@@ -89,17 +89,17 @@ pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
         "files": listing.entries,
         "count": listing.entries.len(),
     }));
-    if listing.truncated {
-        if let Some(obj) = answer.as_object_mut() {
-            obj.insert("truncated".into(), Value::Bool(true));
-            obj.insert(
-                "message".into(),
-                json!(format!(
-                    "only the first {} entries are listed; pass subpath to narrow",
-                    cem_store::LIST_LIMIT
-                )),
-            );
-        }
+    if listing.truncated
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.insert("truncated".into(), Value::Bool(true));
+        obj.insert(
+            "message".into(),
+            json!(format!(
+                "only the first {} entries are listed; pass subpath to narrow",
+                cem_store::LIST_LIMIT
+            )),
+        );
     }
     Ok(answer)
 }
