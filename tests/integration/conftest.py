@@ -1,0 +1,103 @@
+"""Fixtures that start the real binary and find the real clients."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("CEM_BIN", REPO / "target" / "debug" / "code-execution-mcp"))
+JS = REPO / "tests" / "js"
+CLIENTS = Path(__file__).resolve().parent / "clients"
+SDK1_PYTHON = Path(os.environ.get("CEM_SDK1_PYTHON", REPO / ".test-env" / "sdk1" / "bin" / "python"))
+
+
+def pytest_configure(config):
+    if not BIN.exists():
+        raise pytest.UsageError(f"{BIN} is missing; run `cargo build` or scripts/test")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "data"
+    d.mkdir()
+    return d
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL
+    )
+
+
+@dataclass
+class HttpServer:
+    proc: subprocess.Popen
+    url: str
+    port: int
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_http(data_dir: Path, *extra: str, env: dict | None = None) -> HttpServer:
+    """Starts `serve --http 127.0.0.1:0` and waits for its 'listening on' line."""
+    log = data_dir.parent / f"http-{time.monotonic_ns()}.log"
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    full_env.update(env or {})
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [str(BIN), "--data-dir", str(data_dir), "serve", "--http", "127.0.0.1:0", *extra],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=full_env,
+            cwd=data_dir,
+        )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+)/mcp)", log.read_text(errors="replace"))
+        if m:
+            return HttpServer(proc, m.group(1), int(m.group(2)), log)
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"server did not start listening: {log.read_text()}")
+
+
+@pytest.fixture
+def http_server(data_dir: Path):
+    server = start_http(data_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def authed_server(data_dir: Path):
+    server = start_http(data_dir, "--auth-token", "test-token-123")
+    yield server
+    server.stop()
+
+
+def stdio_params(data_dir: Path, *extra: str):
+    from mcp import StdioServerParameters
+
+    return StdioServerParameters(
+        command=str(BIN), args=["--data-dir", str(data_dir), "--log-level", "warn", "serve", *extra]
+    )
