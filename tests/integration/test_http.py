@@ -44,6 +44,10 @@ async def test_sdk2_client_over_http(http_server: HttpServer):
         assert r.structured_content["content"] == "over http"
         bad = await client.call_tool("read_workspace_file", {"filename": "../../etc/passwd"})
         assert bad.is_error and "'..' is not allowed" in bad.structured_content["error"]
+        listed = await client.call_tool("list_workspace_files", {})
+        assert [f["path"] for f in listed.structured_content["files"]] == ["h.txt"]
+        missing = await client.call_tool("write_workspace_file", {"filename": "x.txt"})
+        assert missing.is_error and "missing required argument 'content'" in missing.structured_content["error"]
 
 
 async def test_sdk2_legacy_mode_over_http(http_server: HttpServer):

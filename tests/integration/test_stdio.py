@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -187,3 +188,18 @@ async def test_minimal_tool_set(data_dir: Path):
         assert names <= {"execute_code", "search_tools", "get_tool_definition"}
         with pytest.raises(MCPError, match="unknown tool"):
             await client.call_tool("write_workspace_file", {"filename": "a", "content": "b"})
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_ends_stdio_serving_cleanly(data_dir: Path, sig: int):
+    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "serve"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    proc.stdin.write(json.dumps(init) + "\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    proc.send_signal(sig)
+    # stdin stays open: the signal alone must end the process.
+    assert proc.wait(timeout=10) == 0
+    assert "shut down cleanly" in proc.stderr.read()

@@ -22,7 +22,7 @@ pub fn load_config(cli: &Cli) -> Result<Loaded, ConfigError> {
     // (clap reads the variable), so the env slot stays empty here.
     let located = locate::locate(cli.config.as_deref(), None, &cwd, user.as_deref())?;
     let Some(found) = located else {
-        tracing::info!("no config file found; serving with defaults and no upstream servers");
+        tracing::info!("no config file found; using defaults with no upstream servers");
         return Ok(Loaded {
             config: Config::default(),
             located: None,

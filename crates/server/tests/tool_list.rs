@@ -29,8 +29,14 @@ fn tool_list_stays_within_its_token_budget() -> Result<(), Box<dyn std::error::E
     let text = serde_json::to_string(&serde_json::json!({"tools": tools}))?;
     let total = bpe.encode_with_special_tokens(&text).len();
     let share = BUDGET_ALL_THIRTEEN * tools.len() / 13;
-    println!("tools/list: {} tools, {total} o200k tokens (share of budget: {share})", tools.len());
-    assert!(total <= share, "tools/list costs {total} tokens, over its share {share}");
+    println!(
+        "tools/list: {} tools, {total} o200k tokens (share of budget: {share})",
+        tools.len()
+    );
+    assert!(
+        total <= share,
+        "tools/list costs {total} tokens, over its share {share}"
+    );
     Ok(())
 }
 
@@ -48,6 +54,9 @@ fn minimal_set_is_the_full_set_cut_to_the_three_discovery_tools()
         .collect();
     let got: Vec<String> = minimal.tools().iter().map(|t| t.name.to_string()).collect();
     assert_eq!(got, expected);
-    assert!(full.tools().len() > got.len(), "minimal must list fewer tools than full");
+    assert!(
+        full.tools().len() > got.len(),
+        "minimal must list fewer tools than full"
+    );
     Ok(())
 }
