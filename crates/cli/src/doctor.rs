@@ -78,12 +78,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| cem_config::SandboxConfig::default().python);
     checks.push(python_check(&python));
 
-    checks.push(Check {
-        name: "sandbox",
-        status: Status::Warn,
-        detail: "code execution is not part of this build yet; no isolation layer is checked"
-            .into(),
-    });
+    checks.extend(sandbox_checks(&python));
 
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if args.json {
@@ -190,4 +185,50 @@ fn python_check(python: &Path) -> Check {
         )),
         Err(e) => fail(format!("{} --version failed: {e}", python.display())),
     }
+}
+
+/// Starts a real sandboxed interpreter and reports each layer.
+fn sandbox_checks(python: &Path) -> Vec<Check> {
+    let layout = match cem_sandbox::resolve_interpreter(python, false) {
+        Ok(layout) => layout,
+        Err(e) => {
+            return vec![Check {
+                name: "sandbox",
+                status: Status::Fail,
+                detail: e.to_string(),
+            }];
+        }
+    };
+    let (exe, tmp) = match (std::env::current_exe(), tempdir()) {
+        (Ok(exe), Ok(tmp)) => (exe, tmp),
+        (Err(e), _) | (_, Err(e)) => {
+            return vec![Check {
+                name: "sandbox",
+                status: Status::Fail,
+                detail: format!("cannot prepare the probe: {e}"),
+            }];
+        }
+    };
+    let report = cem_sandbox::probe(&exe, &layout, &tmp);
+    let _ = std::fs::remove_dir_all(&tmp);
+    report
+        .layers
+        .into_iter()
+        .map(|l| Check {
+            name: l.name,
+            status: match (l.on, l.name) {
+                (true, _) => Status::Ok,
+                // Missing cgroups or Landlock weaken, but do not break, isolation.
+                (false, "cgroup") | (false, "landlock") => Status::Warn,
+                (false, _) => Status::Fail,
+            },
+            detail: l.detail,
+        })
+        .collect()
+}
+
+fn tempdir() -> std::io::Result<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("cem-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
 }

@@ -14,6 +14,17 @@ use clap::Parser;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
+    // The sandbox launcher must run before anything can start a thread
+    // (unshare refuses multi-threaded processes), so it is dispatched here,
+    // ahead of argument parsing and logging.
+    let mut raw = std::env::args_os();
+    if raw.nth(1).is_some_and(|a| a == cem_sandbox::LAUNCHER_ARG) {
+        let spec = raw
+            .next()
+            .and_then(|s| s.into_string().ok())
+            .unwrap_or_default();
+        cem_sandbox::launcher_main(&spec);
+    }
     let cli = Cli::parse();
     logging::init(&cli.log_level);
     let outcome = match &cli.command {

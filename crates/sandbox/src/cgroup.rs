@@ -1,0 +1,113 @@
+//! A cgroup per sandbox for memory and pids, made by the host (v2, else
+//! v1) when it lets us; removed when dropped.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The cgroup directories of one sandbox (one for v2, one per v1 controller).
+#[derive(Debug)]
+pub struct Cgroup {
+    dirs: Vec<PathBuf>,
+}
+
+const PARENT: &str = "code-execution-mcp";
+
+impl Cgroup {
+    /// Makes a cgroup named `name` limited to `memory_mb` and `pids`.
+    /// Err says why none could be made (not root, no delegation, ...).
+    pub fn create(name: &str, memory_mb: u64, pids: u64) -> Result<Cgroup, String> {
+        let root = Path::new("/sys/fs/cgroup");
+        let bytes = (memory_mb * 1024 * 1024).to_string();
+        if root.join("cgroup.controllers").exists() {
+            let base = v2_base(root)?;
+            let parent = base.join(PARENT);
+            make_dir(&parent)?;
+            // Controllers must be enabled in the parent for children to use them.
+            let _ = fs::write(base.join("cgroup.subtree_control"), "+memory +pids");
+            let _ = fs::write(parent.join("cgroup.subtree_control"), "+memory +pids");
+            let dir = parent.join(name);
+            make_dir(&dir)?;
+            let cg = Cgroup {
+                dirs: vec![dir.clone()],
+            };
+            write(&dir.join("memory.max"), &bytes)?;
+            let _ = fs::write(dir.join("memory.swap.max"), "0");
+            write(&dir.join("pids.max"), &pids.to_string())?;
+            return Ok(cg);
+        }
+        let (memory, pids_root) = (root.join("memory"), root.join("pids"));
+        if !memory.is_dir() || !pids_root.is_dir() {
+            return Err("no cgroup v2 and no v1 memory and pids controllers mounted".into());
+        }
+        let mem_dir = memory.join(PARENT).join(name);
+        let pid_dir = pids_root.join(PARENT).join(name);
+        make_dir(&mem_dir)?;
+        let mut cg = Cgroup {
+            dirs: vec![mem_dir.clone()],
+        };
+        make_dir(&pid_dir)?;
+        cg.dirs.push(pid_dir.clone());
+        write(&mem_dir.join("memory.limit_in_bytes"), &bytes)?;
+        let _ = fs::write(mem_dir.join("memory.memsw.limit_in_bytes"), &bytes);
+        write(&pid_dir.join("pids.max"), &pids.to_string())?;
+        Ok(cg)
+    }
+
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// Whether the memory limit was hit (v1 failcnt / v2 events).
+    pub fn memory_exhausted(&self) -> bool {
+        self.dirs.iter().any(|d| {
+            let v1 = fs::read_to_string(d.join("memory.failcnt"))
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            let v2 = fs::read_to_string(d.join("memory.events")).ok().map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("oom_kill ") && !l.ends_with(" 0"))
+            });
+            v1.is_some_and(|n| n > 0) || v2.unwrap_or(false)
+        })
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            // Anything still inside (a leftover of a killed tree) goes first.
+            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            for _ in 0..50 {
+                if fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn v2_base(root: &Path) -> Result<PathBuf, String> {
+    let own = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or("no cgroup v2 entry in /proc/self/cgroup")?;
+    Ok(root.join(rel.trim_start_matches('/')))
+}
+
+fn make_dir(dir: &Path) -> Result<(), String> {
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+fn write(path: &Path, value: &str) -> Result<(), String> {
+    fs::write(path, value).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,96 @@
+//! One isolated child process, with limits. Knows nothing of MCP.
+//!
+//! The host describes what to run in a [`Spec`] and calls [`command`] to get
+//! a `std::process::Command` that re-executes the current binary as a small
+//! single-threaded launcher ([`launcher_main`]); the launcher builds the
+//! sandbox and `execve`s the program. Re-executing is needed because
+//! `unshare(CLONE_NEWUSER)` refuses a multi-threaded process, and the server
+//! is a multi-threaded tokio program.
+//!
+//! Layers, outermost first (each reported by [`probe`]):
+//! - a cgroup for memory and pids when the host lets us make one;
+//! - when the host runs us as root, the launcher first becomes an
+//!   unprivileged uid (65534), so the sandbox is never host root;
+//! - user, mount, pid, net, ipc and uts namespaces; the uid inside is the
+//!   same unprivileged uid, never 0;
+//! - a minimal read-only root built on tmpfs and entered with pivot_root:
+//!   read-only binds of what the interpreter needs, a fresh /proc, a minimal
+//!   /dev, a size-capped /tmp, the workspace read-write;
+//! - rlimits, no_new_privs, an empty capability bounding set, a cleared
+//!   environment and no inherited fds but stdin, stdout and stderr;
+//! - Landlock (writes only to the workspace, /tmp and /dev/shm; signals and
+//!   abstract unix sockets scoped to the sandbox);
+//! - a seccomp deny-list (see [`seccomp`]).
+
+mod cgroup;
+mod interp;
+mod landlock_rules;
+mod launcher;
+mod mounts;
+mod probe;
+pub mod seccomp;
+mod spec;
+
+pub use cgroup::Cgroup;
+pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
+pub use launcher::{LAUNCHER_ARG, launcher_main};
+pub use probe::{Layer, Layers, probe};
+pub use spec::{Bind, Limits, Spec};
+
+use std::path::Path;
+use std::process::Command;
+
+/// The uid and gid the sandbox runs as when the host runs us as root.
+pub const NOBODY: u32 = 65534;
+
+/// A `Command` that runs `spec` in the sandbox: `exe` (normally
+/// `std::env::current_exe()`) re-executed as the launcher, with an empty
+/// environment. Stdin, stdout and stderr are the caller's to set.
+pub fn command(exe: &Path, spec: &Spec) -> Result<Command, serde_json::Error> {
+    let mut cmd = Command::new(exe);
+    cmd.arg(LAUNCHER_ARG).arg(serde_json::to_string(spec)?);
+    cmd.env_clear();
+    Ok(cmd)
+}
+
+/// Errors of the launcher, reported on its stderr before it exits with
+/// status 125 (so the host can tell "the sandbox could not start" from
+/// "the program failed").
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("{step}: {source}")]
+    Sys { step: String, source: nix::Error },
+    #[error("{step}: {source}")]
+    Io {
+        step: String,
+        source: std::io::Error,
+    },
+    #[error("landlock: {0}")]
+    Landlock(String),
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub(crate) trait Step<T> {
+    fn step(self, what: impl Into<String>) -> Result<T, SandboxError>;
+}
+
+impl<T> Step<T> for nix::Result<T> {
+    fn step(self, what: impl Into<String>) -> Result<T, SandboxError> {
+        self.map_err(|source| SandboxError::Sys {
+            step: what.into(),
+            source,
+        })
+    }
+}
+
+impl<T> Step<T> for std::io::Result<T> {
+    fn step(self, what: impl Into<String>) -> Result<T, SandboxError> {
+        self.map_err(|source| SandboxError::Io {
+            step: what.into(),
+            source,
+        })
+    }
+}

@@ -1,0 +1,178 @@
+//! The seccomp deny-list. Everything not listed is allowed: the program is
+//! a full CPython, and an allow-list would break parts of the standard
+//! library; the namespaces and Landlock do the confining, seccomp removes
+//! the kernel surface a confined process has no business touching.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use crate::SandboxError;
+
+/// Syscalls refused outright with EPERM.
+pub const DENIED: &[(&str, i64)] = &[
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("bpf", libc::SYS_bpf),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("io_uring_enter", libc::SYS_io_uring_enter),
+    ("io_uring_register", libc::SYS_io_uring_register),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("reboot", libc::SYS_reboot),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("acct", libc::SYS_acct),
+    ("syslog", libc::SYS_syslog),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("move_mount", libc::SYS_move_mount),
+    ("open_tree", libc::SYS_open_tree),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("quotactl", libc::SYS_quotactl),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("personality", libc::SYS_personality),
+];
+
+/// Namespace flags that clone() may not carry.
+const CLONE_NAMESPACE_FLAGS: &[u64] = &[
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+fn arch() -> Result<TargetArch, SandboxError> {
+    TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|e| SandboxError::Seccomp(format!("unsupported architecture: {e}")))
+}
+
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, SandboxError> {
+    SeccompCondition::new(arg, len, op, value).map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
+    SeccompRule::new(conditions).map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+/// Builds the two filters: the EPERM deny-list, and clone3 answered with
+/// ENOSYS (its flags live in memory seccomp cannot read, so libc must fall
+/// back to clone(), whose flags the first filter checks).
+pub fn build(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for (_, nr) in DENIED {
+        rules.insert(*nr, vec![]);
+    }
+    // socket(): only AF_UNIX (and AF_INET/AF_INET6 when the network is on).
+    let mut domain_conds = vec![cond(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Ne,
+        libc::AF_UNIX as u64,
+    )?];
+    if allow_inet {
+        domain_conds.push(cond(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_INET as u64,
+        )?);
+        domain_conds.push(cond(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_INET6 as u64,
+        )?);
+    }
+    rules.insert(libc::SYS_socket, vec![rule(domain_conds)?]);
+    // clone() with any namespace flag.
+    let clone_rules = CLONE_NAMESPACE_FLAGS
+        .iter()
+        .map(|flag| {
+            rule(vec![cond(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(*flag),
+                *flag,
+            )?])
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    // ioctl(TIOCSTI): pushing characters into a terminal's input.
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![rule(vec![cond(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::TIOCSTI,
+        )?])?],
+    );
+
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    let deny = SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch()?)
+        .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
+    let mut clone3 = BTreeMap::new();
+    clone3.insert(libc::SYS_clone3, vec![]);
+    let enosys = SeccompFilter::new(
+        clone3,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch()?,
+    )
+    .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
+    [deny, enosys]
+        .into_iter()
+        .map(|f| BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp(e.to_string())))
+        .collect()
+}
+
+/// Installs the filters on the current thread (no_new_privs must be set).
+pub fn apply(allow_inet: bool) -> Result<(), SandboxError> {
+    for program in build(allow_inet)? {
+        seccompiler::apply_filter(&program).map_err(|e| SandboxError::Seccomp(e.to_string()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn filters_compile_for_this_architecture() {
+        let programs = super::build(false).map_err(|e| e.to_string());
+        assert_eq!(programs.map(|p| p.len()), Ok(2));
+    }
+}
