@@ -34,13 +34,22 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone()));
+        // Install the handlers before serving, so a signal that arrives
+        // right after the first reply is not missed.
+        let signals = install_signal_handlers();
+        tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
         match args.http {
             None => cem_server::serve_stdio(state, shutdown).await?,
             Some(addr) => {
                 let options = HttpOptions {
                     addr,
-                    auth_token: args.auth_token.clone().filter(|t| !t.is_empty()),
+                    auth_token: match args.auth_token.as_deref() {
+                        Some("") => anyhow::bail!(
+                            "--auth-token (or CODE_EXECUTION_MCP_AUTH_TOKEN) is empty; \
+                             give a token or leave it unset"
+                        ),
+                        other => other.map(str::to_string),
+                    },
                     allowed_hosts: args.allowed_hosts.clone(),
                     allowed_origins: args.allowed_origins.clone(),
                 };
@@ -59,13 +68,24 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn cancel_on_signal(shutdown: CancellationToken) {
+type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+
+fn install_signal_handlers() -> Signals {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; SIGTERM will end the process abruptly");
+    ) {
+        (Ok(term), Ok(int)) => Some((term, int)),
+        _ => {
+            tracing::warn!("cannot install signal handlers; SIGTERM will end the process abruptly");
+            None
+        }
+    }
+}
+
+async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
+    let Some((mut term, mut int)) = signals else {
         return;
     };
     tokio::select! {

@@ -13,6 +13,8 @@ pub enum ExpandError {
     Unterminated,
     /// `${}` or a name with characters other than letters, digits and `_`.
     BadName(String),
+    /// An editor's own variable (`${input:x}`, `${workspaceFolder}`).
+    EditorOnly(String),
 }
 
 impl std::fmt::Display for ExpandError {
@@ -23,6 +25,11 @@ impl std::fmt::Display for ExpandError {
                 "${{{name}}} is not set in the environment; set it, or write ${{{name}:-default}}"
             ),
             ExpandError::Unterminated => f.write_str("\"${\" has no closing \"}\""),
+            ExpandError::EditorOnly(name) => write!(
+                f,
+                "${{{name}}} is a variable only an editor can fill in; use an environment \
+                 variable (${{NAME}}) or the value itself"
+            ),
             ExpandError::BadName(name) => write!(
                 f,
                 "\"${{{name}}}\" is not a variable name (letters, digits and _ only)"
@@ -44,6 +51,11 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
             Some((name, default)) => (name, Some(default)),
             None => (inner, None),
         };
+        // Cursor and VS Code spell environment variables ${env:NAME}.
+        let name = name.strip_prefix("env:").unwrap_or(name);
+        if name.starts_with("input:") || name == "workspaceFolder" || name == "userHome" {
+            return Err(ExpandError::EditorOnly(inner.to_string()));
+        }
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(ExpandError::BadName(inner.to_string()));
         }
@@ -82,6 +94,19 @@ mod tests {
             Ok("fallback")
         );
         assert_eq!(expand("${EMPTY}", &env).as_deref(), Ok(""));
+    }
+
+    #[test]
+    fn editor_spellings() {
+        assert_eq!(expand("${env:TOKEN}", &env).as_deref(), Ok("abc"));
+        assert!(matches!(
+            expand("${input:key}", &env),
+            Err(ExpandError::EditorOnly(_))
+        ));
+        assert!(matches!(
+            expand("${workspaceFolder}/x", &env),
+            Err(ExpandError::EditorOnly(_))
+        ));
     }
 
     #[test]

@@ -53,7 +53,9 @@ pub fn locate(
     let explicit = [(flag, ConfigSource::Flag), (env, ConfigSource::Env)];
     for (path, source) in explicit {
         if let Some(path) = path {
-            if path.is_file() {
+            // exists(), not is_file(): a FIFO or /dev/fd path is fine, and
+            // an unreadable file should fail at read time with the real error.
+            if path.exists() {
                 return Ok(Some(Located {
                     path: path.to_path_buf(),
                     source,

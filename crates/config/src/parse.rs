@@ -22,6 +22,9 @@ pub struct Parsed {
 
 /// Keys other MCP clients put in server entries; accepted silently.
 const FOREIGN_SERVER_KEYS: &[&str] = &[
+    // Other clients' per-server timeouts (some in milliseconds); ours is
+    // timeout_seconds, so these are ignored rather than misread.
+    "timeout",
     "autoApprove",
     "alwaysAllow",
     "description",
@@ -99,7 +102,9 @@ impl Cx<'_> {
         };
         for (key, value) in obj {
             match key.as_str() {
-                "mcpServers" => config.servers = self.servers(value),
+                // VS Code writes "servers" (and "inputs" for prompts).
+                "mcpServers" | "servers" => config.servers.extend(self.servers(value)),
+                "inputs" => {}
                 "sandbox" => config.sandbox = self.sandbox(value),
                 "pii" => config.pii = self.pii(value),
                 "workspace" => config.workspace = self.workspace(value),
@@ -117,6 +122,17 @@ impl Cx<'_> {
         for (name, entry) in obj {
             let key = format!("mcpServers.{name}");
             if !valid_server_name(name) {
+                let disabled = entry
+                    .get("disabled")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                if disabled {
+                    self.warn(
+                        &key,
+                        "not a valid server name; ignored because the server is disabled",
+                    );
+                    continue;
+                }
                 self.problem(
                     &key,
                     "server names may use letters, digits, '_' and '-' (1 to 64 characters), \
@@ -185,7 +201,14 @@ impl Cx<'_> {
         let ty = match declared {
             Some(ty) => ty,
             None if obj.contains_key("command") => "stdio",
-            None if obj.contains_key("url") => "http",
+            None if obj.contains_key("url") => {
+                // The legacy SSE transport's endpoint is conventionally /sse.
+                let sse = obj
+                    .get("url")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| u.trim_end_matches('/').ends_with("/sse"));
+                if sse { "sse" } else { "http" }
+            }
             None => {
                 self.problem(
                     key,
@@ -196,7 +219,7 @@ impl Cx<'_> {
         };
         for field in obj.keys() {
             let known = match field.as_str() {
-                "type" | "disabled" | "timeout" => true,
+                "type" | "disabled" | "timeout_seconds" => true,
                 "command" | "args" | "env" | "cwd" => ty == "stdio",
                 "url" | "headers" => ty != "stdio",
                 _ => false,
@@ -215,8 +238,8 @@ impl Cx<'_> {
                 self.warn(format!("{key}.{field}"), "unknown key, ignored");
             }
         }
-        let timeout_seconds = match obj.get("timeout") {
-            Some(v) => self.positive(&format!("{key}.timeout"), v, 1, 86_400, "seconds"),
+        let timeout_seconds = match obj.get("timeout_seconds") {
+            Some(v) => self.positive(&format!("{key}.timeout_seconds"), v, 1, 86_400, "seconds"),
             None => None,
         };
         let transport = match ty {
@@ -277,6 +300,7 @@ impl Cx<'_> {
             self.problem(key, format!("an {ty} server needs \"url\""));
             return None;
         };
+        let raw = url.as_str().unwrap_or_default().to_string();
         let text = self.expanded(&format!("{key}.url"), url)?;
         let url = match url::Url::parse(&text) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => url,
@@ -291,9 +315,10 @@ impl Cx<'_> {
                 return None;
             }
             Err(e) => {
+                // Quote the URL as written: the expanded one may hold a secret.
                 self.problem(
                     format!("{key}.url"),
-                    format!("not a valid URL ({e}): \"{text}\""),
+                    format!("not a valid URL ({e}): \"{raw}\""),
                 );
                 return None;
             }
@@ -540,8 +565,14 @@ impl Cx<'_> {
         };
         obj.iter()
             .filter_map(|(k, v)| {
-                self.expanded(&format!("{key}.{k}"), v)
-                    .map(|s| (k.clone(), Secret::new(s)))
+                let key = format!("{key}.{k}");
+                let value = match v {
+                    // "PORT": 3000 is common; the environment only has strings.
+                    Value::Number(n) => Some(n.to_string()),
+                    Value::Bool(b) => Some(b.to_string()),
+                    _ => self.expanded(&key, v),
+                };
+                value.map(|s| (k.clone(), Secret::new(s)))
             })
             .collect()
     }

@@ -167,3 +167,43 @@ fn bad_variable_references() {
         r#"{"mcpServers": {"a": {"command": "${UNCLOSED"}, "b": {"command": "${not ok}"}}}"#
     ));
 }
+
+#[test]
+fn vs_code_and_cursor_spellings_are_understood() -> Result<(), ConfigError> {
+    let parsed = parse(
+        r#"{"servers": {"gh": {"type": "http", "url": "https://x.example/mcp",
+                               "headers": {"Authorization": "Bearer ${env:GITHUB_TOKEN}"}},
+                        "local": {"command": "srv", "env": {"PORT": 3000, "DEBUG": true}, "timeout": 60000},
+                        "legacy": {"url": "http://127.0.0.1:9/sse"},
+                        "my.server": {"command": "x", "disabled": true}},
+            "inputs": [{"id": "key", "type": "promptString"}]}"#,
+    )?;
+    let servers = &parsed.config.servers;
+    match &servers["gh"].transport {
+        Transport::Http { headers, .. } => {
+            assert_eq!(headers["Authorization"].expose(), "Bearer ghp_example")
+        }
+        other => panic!("{other:?}"),
+    }
+    match &servers["local"].transport {
+        Transport::Stdio { env, .. } => {
+            assert_eq!(env["PORT"].expose(), "3000");
+            assert_eq!(env["DEBUG"].expose(), "true");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        servers["local"].timeout_seconds, None,
+        "a foreign timeout is not misread"
+    );
+    assert_eq!(servers["legacy"].transport.kind(), "sse");
+    assert!(!servers.contains_key("my.server"));
+    Ok(())
+}
+
+#[test]
+fn url_errors_do_not_print_expanded_secrets() {
+    let msg = error(r#"{"mcpServers": {"a": {"url": "https://host:${GITHUB_TOKEN}/mcp"}}}"#);
+    assert!(!msg.contains("ghp_example"), "{msg}");
+    assert!(msg.contains("${GITHUB_TOKEN}"), "{msg}");
+}

@@ -43,6 +43,13 @@ use std::process::Command;
 /// The uid and gid the sandbox runs as when the host runs us as root.
 pub const NOBODY: u32 = 65534;
 
+/// The (uid, gid) sandboxed code runs as, when that differs from ours: the
+/// workspace must belong to it. `None` when we are not root (the sandbox
+/// then runs as our own unprivileged uid).
+pub fn sandbox_owner() -> Option<(u32, u32)> {
+    nix::unistd::geteuid().is_root().then_some((NOBODY, NOBODY))
+}
+
 /// A `Command` that runs `spec` in the sandbox: `exe` (normally
 /// `std::env::current_exe()`) re-executed as the launcher, with an empty
 /// environment. Stdin, stdout and stderr are the caller's to set.

@@ -60,7 +60,14 @@ pub async fn serve_http(
     ];
     origins.extend(options.allowed_origins.iter().cloned());
 
+    // A write of max_file_bytes must fit in one request, JSON escaping
+    // included (up to 6 bytes a byte for control characters).
+    let body_limit = (state.workspace.max_file_bytes() as usize)
+        .saturating_mul(6)
+        .saturating_add(1 << 20)
+        .max(4 << 20);
     let config = StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(body_limit)
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
         .enforce_origin_validation()
@@ -97,7 +104,11 @@ async fn require_bearer(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        // The scheme name is case-insensitive (RFC 7235).
+        .and_then(|v| {
+            let (scheme, rest) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        });
     match presented {
         Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => next.run(request).await,
         _ => {

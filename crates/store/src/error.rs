@@ -14,6 +14,23 @@ pub enum WorkspaceError {
     NotRegular { path: String },
     #[error("{path:?} leads outside the workspace (through a symlink or '..'); refused")]
     Escapes { path: String },
+    #[error("permission denied on {path:?}")]
+    PermissionDenied { path: String },
+    #[error(
+        "{path:?} has {links} hard links; refused, because a hard link can point at a file \
+         outside the workspace"
+    )]
+    HardLinked { path: String, links: u64 },
+    #[error(
+        "the workspace directory {root} is a symlink or not a directory; refusing to follow it. \
+         Make it a real directory or pass another --data-dir"
+    )]
+    UnsafeRoot { root: String },
+    #[error(
+        "the workspace directory {root} was replaced or removed while the server ran; \
+         restart the server to use the new one"
+    )]
+    Replaced { root: String },
     #[error(
         "content is {size} bytes, over the limit of {limit} bytes per file; \
          write smaller files or raise workspace.max_file_bytes in the config"
@@ -35,6 +52,10 @@ pub enum WorkspaceError {
 
 impl WorkspaceError {
     /// Maps an I/O error from a confined operation on `path`.
+    pub fn from_io(path: &str, source: std::io::Error) -> Self {
+        Self::io(path, source)
+    }
+
     pub(crate) fn io(path: &str, source: std::io::Error) -> Self {
         use std::io::ErrorKind;
         let path = path.to_string();
@@ -43,10 +64,16 @@ impl WorkspaceError {
             ErrorKind::IsADirectory => WorkspaceError::IsDirectory { path },
             ErrorKind::NotADirectory => WorkspaceError::NotDirectory { path },
             // cap-std reports a path that resolves outside the base
-            // directory as PermissionDenied ("a path led outside of the
-            // filesystem"); a symlink loop shows up as ELOOP.
-            ErrorKind::PermissionDenied => WorkspaceError::Escapes { path },
-            _ if source.raw_os_error() == Some(libc::ELOOP) => WorkspaceError::Escapes { path },
+            // directory as PermissionDenied with its own message, and the
+            // kernel's RESOLVE_BENEATH as EXDEV; other EACCES are real
+            // permission problems. A symlink loop shows up as ELOOP.
+            ErrorKind::PermissionDenied if source.raw_os_error().is_none() => {
+                WorkspaceError::Escapes { path }
+            }
+            ErrorKind::PermissionDenied => WorkspaceError::PermissionDenied { path },
+            _ if matches!(source.raw_os_error(), Some(libc::ELOOP) | Some(libc::EXDEV)) => {
+                WorkspaceError::Escapes { path }
+            }
             _ => WorkspaceError::Io { path, source },
         }
     }

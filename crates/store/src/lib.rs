@@ -13,4 +13,4 @@ mod workspace;
 
 pub use error::WorkspaceError;
 pub use path::validate_relative;
-pub use workspace::{Entry, LIST_LIMIT, Listing, Usage, Workspace, Written};
+pub use workspace::{Entry, LIST_LIMIT, Listing, MAX_DEPTH, Usage, Workspace, Written};

@@ -18,12 +18,24 @@ const TMP_PREFIX: &str = ".cem-tmp.";
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// Deepest directory level a listing or usage count descends to.
+pub const MAX_DEPTH: usize = 64;
+/// Entries a usage count visits at most (it reports a lower bound past it).
+const USAGE_BUDGET: usize = 200_000;
+/// Temporary files older than this are leftovers of a crash.
+const STALE_TMP: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// A directory whose files agents may read and write, and nothing beyond it.
 #[derive(Debug)]
 pub struct Workspace {
     root: PathBuf,
     dir: Dir,
     max_file_bytes: u64,
+    /// (device, inode) of the root when opened, to notice a replacement.
+    identity: (u64, u64),
+    /// Owner given to what the tools create (the sandbox's uid when the
+    /// server runs as root), else the server's own.
+    owner: Option<(u32, u32)>,
 }
 
 /// What a write did.
@@ -60,17 +72,125 @@ pub struct Usage {
 }
 
 impl Workspace {
-    /// Opens (creating if needed) the workspace at `root`.
+    /// Opens (creating if needed, mode 0700) the workspace at `root`.
     pub fn open(root: &Path, max_file_bytes: u64) -> Result<Self, WorkspaceError> {
+        Self::open_owned(root, max_file_bytes, None)
+    }
+
+    /// Like [`Workspace::open`], handing the root and everything the tools
+    /// create to `owner` (uid, gid).
+    pub fn open_owned(
+        root: &Path,
+        max_file_bytes: u64,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Self, WorkspaceError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
         let shown = root.display().to_string();
-        std::fs::create_dir_all(root).map_err(|e| WorkspaceError::io(&shown, e))?;
+        if let Some(parent) = root.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| WorkspaceError::io(&shown, e))?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(WorkspaceError::io(&shown, e)),
+        }
+        // The root itself must not be a symlink: following one would put
+        // the "workspace" anywhere (a home directory, say).
+        let meta = std::fs::symlink_metadata(root).map_err(|e| WorkspaceError::io(&shown, e))?;
+        if !meta.is_dir() {
+            return Err(WorkspaceError::UnsafeRoot { root: shown });
+        }
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(root, Some(uid), Some(gid))
+                .map_err(|e| WorkspaceError::io(&shown, e))?;
+        }
         let dir = Dir::open_ambient_dir(root, ambient_authority())
             .map_err(|e| WorkspaceError::io(&shown, e))?;
-        Ok(Self {
+        let ws = Self {
             root: root.to_path_buf(),
             dir,
             max_file_bytes,
-        })
+            identity: (meta.dev(), meta.ino()),
+            owner,
+        };
+        ws.remove_stale_temp_files();
+        ws.hand_over_to_owner();
+        Ok(ws)
+    }
+
+    /// Fails when the root path no longer names the directory we opened.
+    fn check_root(&self) -> Result<(), WorkspaceError> {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::symlink_metadata(&self.root) {
+            Ok(m) if m.is_dir() && (m.dev(), m.ino()) == self.identity => Ok(()),
+            _ => Err(WorkspaceError::Replaced {
+                root: self.root.display().to_string(),
+            }),
+        }
+    }
+
+    /// Gives `path` to the configured owner, if any.
+    fn chown(&self, path: &Path) -> std::io::Result<()> {
+        match self.owner {
+            Some((uid, gid)) => {
+                let full = self.root.join(path);
+                std::os::unix::fs::lchown(full, Some(uid), Some(gid))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Gives entries made before (by another owner) to the configured
+    /// owner, so sandboxed code can modify what the tools wrote.
+    fn hand_over_to_owner(&self) {
+        use cap_std::fs::MetadataExt;
+        let (Some((uid, _)), Ok(start)) = (self.owner, self.dir.try_clone()) else {
+            return;
+        };
+        let mut foreign = Vec::new();
+        let _ = walk(
+            &start,
+            Path::new(""),
+            &mut |entry, meta| {
+                if meta.uid() != uid {
+                    foreign.push(PathBuf::from(&entry.path));
+                }
+                foreign.len() < USAGE_BUDGET
+            },
+            true,
+        );
+        for path in foreign {
+            let _ = self.chown(&path);
+        }
+    }
+
+    /// Removes temporary files a crashed write left behind (old ones only:
+    /// another server sharing this data dir may be writing right now).
+    fn remove_stale_temp_files(&self) {
+        let Ok(start) = self.dir.try_clone() else {
+            return;
+        };
+        let mut stale = Vec::new();
+        let _ = walk(
+            &start,
+            Path::new(""),
+            &mut |entry, meta| {
+                let name = entry.path.rsplit('/').next().unwrap_or("");
+                let old = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.into_std().elapsed().ok())
+                    .is_some_and(|age| age > STALE_TMP);
+                if name.starts_with(TMP_PREFIX) && entry.kind == "file" && old {
+                    stale.push(PathBuf::from(&entry.path));
+                }
+                stale.len() < 10_000
+            },
+            true,
+        );
+        for path in stale {
+            let _ = self.dir.remove_file(path);
+        }
     }
 
     /// The workspace directory on the host.
@@ -84,6 +204,7 @@ impl Workspace {
 
     /// Writes `content` to `path` atomically, creating parent directories.
     pub fn write(&self, path: &str, content: &[u8]) -> Result<Written, WorkspaceError> {
+        self.check_root()?;
         let rel = file_path(path)?;
         let size = content.len() as u64;
         if size > self.max_file_bytes {
@@ -94,27 +215,24 @@ impl Workspace {
         }
         let shown = rel.display().to_string();
         let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(parent) = parent
-            && let Err(e) = self.dir.create_dir_all(parent)
-        {
-            // EEXIST here means a component is not a directory we may
-            // enter, typically a symlink leading out; find out which.
-            return Err(match self.dir.metadata(parent) {
-                Err(inner) => WorkspaceError::io(&shown, inner),
-                Ok(meta) if !meta.is_dir() => WorkspaceError::NotDirectory {
-                    path: parent.display().to_string(),
-                },
-                Ok(_) => WorkspaceError::io(&shown, e),
-            });
+        if let Some(parent) = parent {
+            self.create_parents(parent, &shown)?;
         }
-        let created = match self.dir.symlink_metadata(&rel) {
+        let existing_mode = match self.dir.symlink_metadata(&rel) {
             Ok(meta) if meta.is_dir() => return Err(WorkspaceError::IsDirectory { path: shown }),
-            Ok(_) => false,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Ok(meta) if meta.is_file() => {
+                Some(cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777)
+            }
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(WorkspaceError::io(&shown, e)),
         };
+        let created = existing_mode.is_none();
         let tmp = tmp_name(&rel);
-        let result = self.write_tmp(&tmp, content).and_then(|()| {
+        // A replaced file keeps its mode; a new one is private to its owner.
+        let mode = existing_mode.unwrap_or(0o600);
+        let result = self.write_tmp(&tmp, content, mode).and_then(|()| {
+            self.chown(&tmp)?;
             // rename replaces a symlink at the target rather than writing
             // through it, so a planted link cannot redirect the write.
             self.dir.rename(&tmp, &self.dir, &rel)
@@ -130,9 +248,49 @@ impl Workspace {
         })
     }
 
-    fn write_tmp(&self, tmp: &Path, content: &[u8]) -> std::io::Result<()> {
+    /// Creates the missing parent directories of a file, one level at a
+    /// time, so each new one can be given to the owner.
+    fn create_parents(&self, parent: &Path, shown: &str) -> Result<(), WorkspaceError> {
+        let mut so_far = PathBuf::new();
+        for component in parent.components() {
+            so_far.push(component);
+            match self.dir.symlink_metadata(&so_far) {
+                Ok(meta) if meta.is_dir() => continue,
+                Ok(meta) if meta.is_symlink() => {
+                    // A link inside may lead to a directory inside; cap-std
+                    // refuses it when it leads out.
+                    match self.dir.metadata(&so_far) {
+                        Ok(m) if m.is_dir() => continue,
+                        Ok(_) => {
+                            return Err(WorkspaceError::NotDirectory {
+                                path: so_far.display().to_string(),
+                            });
+                        }
+                        Err(e) => return Err(WorkspaceError::io(shown, e)),
+                    }
+                }
+                Ok(_) => {
+                    return Err(WorkspaceError::NotDirectory {
+                        path: so_far.display().to_string(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(WorkspaceError::io(shown, e)),
+            }
+            match self.dir.create_dir(&so_far) {
+                Ok(()) => self
+                    .chown(&so_far)
+                    .map_err(|e| WorkspaceError::io(shown, e))?,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(WorkspaceError::io(shown, e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_tmp(&self, tmp: &Path, content: &[u8], mode: u32) -> std::io::Result<()> {
         let mut options = OpenOptions::new();
-        options.write(true).create_new(true).mode(0o644);
+        options.write(true).create_new(true).mode(mode);
         let mut file = self.dir.open_with(tmp, &options)?;
         file.write_all(content)?;
         file.sync_all()
@@ -141,6 +299,7 @@ impl Workspace {
     /// Reads a whole file, refusing anything but regular files within the
     /// size limit.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, WorkspaceError> {
+        self.check_root()?;
         let rel = file_path(path)?;
         let shown = rel.display().to_string();
         let mut options = OpenOptions::new();
@@ -157,6 +316,10 @@ impl Workspace {
         }
         if !meta.is_file() {
             return Err(WorkspaceError::NotRegular { path: shown });
+        }
+        let links = cap_std::fs::MetadataExt::nlink(&meta);
+        if links > 1 {
+            return Err(WorkspaceError::HardLinked { path: shown, links });
         }
         if meta.len() > self.max_file_bytes {
             return Err(WorkspaceError::TooLargeToRead {
@@ -193,6 +356,7 @@ impl Workspace {
     /// Lists files and directories under `subpath` (the whole workspace when
     /// empty), recursively, without following symlinks.
     pub fn list(&self, subpath: &str) -> Result<Listing, WorkspaceError> {
+        self.check_root()?;
         let rel = validate_relative(subpath)?;
         let shown = rel.display().to_string();
         let mut listing = Listing {
@@ -215,33 +379,42 @@ impl Workspace {
                 .open_dir(&rel)
                 .map_err(|e| WorkspaceError::io(&shown, e))?
         };
-        walk(&start, &rel, &mut |entry| {
-            if listing.entries.len() >= LIST_LIMIT {
-                listing.truncated = true;
-                return false;
-            }
-            listing.entries.push(entry);
-            true
-        })
+        walk(
+            &start,
+            &rel,
+            &mut |entry, _| {
+                if listing.entries.len() >= LIST_LIMIT {
+                    listing.truncated = true;
+                    return false;
+                }
+                listing.entries.push(entry);
+                true
+            },
+            false,
+        )
         .map_err(|e| WorkspaceError::io(&shown, e))?;
         Ok(listing)
     }
 
-    /// Counts files and bytes in the whole workspace.
+    /// Counts files and bytes in the whole workspace (a lower bound when
+    /// it holds more than a few hundred thousand entries).
     pub fn usage(&self) -> Result<Usage, WorkspaceError> {
+        self.check_root()?;
         let mut usage = Usage::default();
+        let mut seen = 0usize;
         let start = self
             .dir
             .try_clone()
             .map_err(|e| WorkspaceError::io(".", e))?;
-        walk(&start, Path::new(""), &mut |entry| {
+        let mut count = |entry: Entry, _: &cap_std::fs::Metadata| {
+            seen += 1;
             if entry.kind == "file" {
                 usage.files += 1;
                 usage.bytes += entry.size;
             }
-            true
-        })
-        .map_err(|e| WorkspaceError::io(".", e))?;
+            seen < USAGE_BUDGET
+        };
+        walk(&start, Path::new(""), &mut count, true).map_err(|e| WorkspaceError::io(".", e))?;
         Ok(usage)
     }
 }
@@ -261,6 +434,15 @@ fn file_path(path: &str) -> Result<PathBuf, WorkspaceError> {
             reason: "ends with '/', so it names a directory; give a file name".to_string(),
         });
     }
+    if rel
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with(TMP_PREFIX))
+    {
+        return Err(WorkspaceError::BadPath {
+            path: path.to_string(),
+            reason: format!("names starting with {TMP_PREFIX:?} are reserved for atomic writes"),
+        });
+    }
     Ok(rel)
 }
 
@@ -273,18 +455,38 @@ fn tmp_name(target: &Path) -> PathBuf {
     }
 }
 
-/// Depth-first walk in name order; `visit` returns false to stop.
-fn walk(dir: &Dir, prefix: &Path, visit: &mut dyn FnMut(Entry) -> bool) -> std::io::Result<bool> {
-    let mut children: Vec<_> = dir.entries()?.collect::<Result<_, _>>()?;
-    children.sort_by_key(|e| e.file_name());
-    for child in children {
-        let name = child.file_name();
-        if name.to_string_lossy().starts_with(TMP_PREFIX) {
+/// Depth-first walk in name order, iterative and at most [`MAX_DEPTH`]
+/// levels deep; `visit` returns false to stop. Unreadable directories are
+/// skipped. With `include_tmp`, in-flight temporary files are visited too.
+fn walk(
+    dir: &Dir,
+    prefix: &Path,
+    visit: &mut dyn FnMut(Entry, &cap_std::fs::Metadata) -> bool,
+    include_tmp: bool,
+) -> std::io::Result<()> {
+    // A stack of (open directory, its path, its remaining sorted children).
+    let mut stack = vec![(
+        prefix.to_path_buf(),
+        sorted_children(dir)?,
+        dir.try_clone()?,
+    )];
+    loop {
+        let depth = stack.len();
+        let Some((path, children, handle)) = stack.last_mut() else {
+            break;
+        };
+        let Some(name) = children.pop() else {
+            stack.pop();
+            continue;
+        };
+        if !include_tmp && name.to_string_lossy().starts_with(TMP_PREFIX) {
             continue;
         }
-        let path = prefix.join(&name);
-        // DirEntry::metadata does not follow symlinks.
-        let meta = child.metadata()?;
+        let child_path = path.join(&name);
+        // symlink_metadata: links are listed as links, never followed.
+        let Ok(meta) = handle.symlink_metadata(&name) else {
+            continue;
+        };
         let kind = if meta.is_symlink() {
             "symlink"
         } else if meta.is_dir() {
@@ -295,22 +497,34 @@ fn walk(dir: &Dir, prefix: &Path, visit: &mut dyn FnMut(Entry) -> bool) -> std::
             "other"
         };
         let entry = Entry {
-            path: path.display().to_string(),
+            path: child_path.display().to_string(),
             kind,
             size: if kind == "file" { meta.len() } else { 0 },
             modified: meta.modified().ok().map(|t| t.into_std()).map(format_time),
         };
-        if !visit(entry) {
-            return Ok(false);
+        if !visit(entry, &meta) {
+            return Ok(());
         }
-        if kind == "directory" {
-            let sub = dir.open_dir(&name)?;
-            if !walk(&sub, &path, visit)? {
-                return Ok(false);
+        if kind == "directory" && depth < MAX_DEPTH {
+            // Unreadable subdirectories are skipped, not fatal.
+            if let Ok(sub) = handle.open_dir(&name)
+                && let Ok(grandchildren) = sorted_children(&sub)
+            {
+                stack.push((child_path, grandchildren, sub));
             }
         }
     }
-    Ok(true)
+    Ok(())
+}
+
+/// A directory's entry names, sorted so that `pop()` yields them in order.
+fn sorted_children(dir: &Dir) -> std::io::Result<Vec<std::ffi::OsString>> {
+    let mut names: Vec<_> = dir
+        .entries()?
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    names.sort_by(|a, b| b.cmp(a));
+    Ok(names)
 }
 
 fn format_time(t: SystemTime) -> String {

@@ -208,3 +208,109 @@ fn concurrent_writes_to_one_file_never_tear() -> TestResult {
     assert_eq!(ws.list("")?.entries.len(), 1, "no temp files left behind");
     Ok(())
 }
+
+#[test]
+fn deep_trees_neither_crash_nor_exhaust_fds() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    let deep = "d/".repeat(1500) + "f.txt";
+    ws.write(&deep, b"x")?;
+    let listing = ws.list("")?;
+    assert_eq!(
+        listing.entries.len(),
+        cem_store::MAX_DEPTH,
+        "descends at most MAX_DEPTH levels"
+    );
+    ws.usage()?;
+    assert_eq!(ws.read_text(&deep)?, "x");
+    Ok(())
+}
+
+#[test]
+fn a_symlinked_workspace_root_is_refused() -> TestResult {
+    let tmp = tempfile::tempdir()?;
+    let elsewhere = tmp.path().join("home");
+    std::fs::create_dir(&elsewhere)?;
+    symlink(&elsewhere, tmp.path().join("ws"))?;
+    let err = Workspace::open(&tmp.path().join("ws"), 1024).err();
+    assert!(
+        matches!(err, Some(WorkspaceError::UnsafeRoot { .. })),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_replaced_workspace_root_is_noticed() -> TestResult {
+    let (tmp, ws) = setup(1024)?;
+    ws.write("a.txt", b"1")?;
+    std::fs::rename(ws.root(), tmp.path().join("moved"))?;
+    std::fs::create_dir(ws.root())?;
+    let err = ws.write("b.txt", b"2").err();
+    assert!(
+        matches!(err, Some(WorkspaceError::Replaced { .. })),
+        "{err:?}"
+    );
+    assert!(!tmp.path().join("moved/b.txt").exists());
+    Ok(())
+}
+
+#[test]
+fn hard_links_and_reserved_names_are_refused() -> TestResult {
+    let (tmp, ws) = setup(1024)?;
+    let outside = tmp.path().join("secret.txt");
+    std::fs::write(&outside, "host secret")?;
+    std::fs::hard_link(&outside, ws.root().join("linked.txt"))?;
+    let err = ws.read("linked.txt").err();
+    assert!(
+        matches!(err, Some(WorkspaceError::HardLinked { links: 2, .. })),
+        "{err:?}"
+    );
+    let err = ws.write(".cem-tmp.sneaky", b"x").err();
+    assert!(
+        matches!(err, Some(WorkspaceError::BadPath { .. })),
+        "{err:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn new_files_are_private_and_replaced_files_keep_their_mode() -> TestResult {
+    use std::os::unix::fs::PermissionsExt;
+    let (_tmp, ws) = setup(1024)?;
+    ws.write("new.txt", b"x")?;
+    let mode = |p: &str| -> std::io::Result<u32> {
+        Ok(std::fs::metadata(ws.root().join(p))?.permissions().mode() & 0o777)
+    };
+    assert_eq!(mode("new.txt")?, 0o600);
+    std::fs::set_permissions(
+        ws.root().join("new.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )?;
+    ws.write("new.txt", b"y")?;
+    assert_eq!(mode("new.txt")?, 0o640);
+    assert_eq!(
+        std::fs::metadata(ws.root())?.permissions().mode() & 0o777,
+        0o700
+    );
+    Ok(())
+}
+
+#[test]
+fn permission_errors_are_not_called_escapes() {
+    let denied = std::io::Error::from_raw_os_error(libc_eacces());
+    let err = cem_store::WorkspaceError::from_io("x", denied);
+    assert!(
+        matches!(err, WorkspaceError::PermissionDenied { .. }),
+        "{err:?}"
+    );
+    let escape = std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "a path led outside of the filesystem",
+    );
+    let err = cem_store::WorkspaceError::from_io("x", escape);
+    assert!(matches!(err, WorkspaceError::Escapes { .. }), "{err:?}");
+}
+
+fn libc_eacces() -> i32 {
+    13
+}
