@@ -49,8 +49,22 @@ pub struct Cli {
 pub enum Command {
     /// Serve MCP over stdio (default) or streamable HTTP.
     Serve(ServeArgs),
-    /// Check what works on this machine: config, data dir, Python.
+    /// Check what works on this machine: config, data dir, Python, each sandbox layer.
     Doctor(DoctorArgs),
+    /// Run one Python snippet in the sandbox; prints execute_code's JSON answer.
+    Exec(ExecArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The code to run, or - to read it from stdin.
+    pub code: String,
+    /// Wall-clock limit in seconds (default: sandbox.timeout_seconds).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Memory limit in MB (default: sandbox.memory_mb).
+    #[arg(long)]
+    pub memory: Option<u64>,
 }
 
 #[derive(Debug, Args)]

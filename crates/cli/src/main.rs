@@ -3,6 +3,7 @@
 
 mod args;
 mod doctor;
+mod exec;
 mod logging;
 mod serve;
 mod setup;
@@ -30,6 +31,7 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Serve(serve) => serve::run(&cli, serve),
         Command::Doctor(doctor) => doctor::run(&cli, doctor),
+        Command::Exec(exec) => exec::run(&cli, exec),
     };
     match outcome {
         Ok(code) => code,

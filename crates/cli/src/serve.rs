@@ -23,11 +23,14 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         ToolsArg::Full => ToolSet::Full,
         ToolsArg::Minimal => ToolSet::Minimal,
     };
+    let exe =
+        std::env::current_exe().context("cannot find our own executable (the sandbox launcher)")?;
     let state = AppState::open(
         loaded.config,
         loaded.located.map(|l| l.path),
         &data_dir,
         tool_set,
+        exe,
     )?;
     let state = Arc::new(state);
 
@@ -38,6 +41,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // right after the first reply is not missed.
         let signals = install_signal_handlers();
         tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+        // Probe the sandbox and fill the warm pool in the background; the
+        // first tools/list does not wait for it.
+        state.engine.warm_up();
+        let engine = state.engine.clone();
         match args.http {
             None => cem_server::serve_stdio(state, shutdown).await?,
             Some(addr) => {
@@ -60,6 +67,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .await?
             }
         }
+        engine.shutdown().await;
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })?;

@@ -67,6 +67,10 @@ pub struct SandboxConfig {
     pub timeout_seconds: u64,
     /// Default memory limit of one execution.
     pub memory_mb: u64,
+    /// Largest timeout_seconds a call may ask for.
+    pub max_timeout_seconds: u64,
+    /// Largest memory_mb a call may ask for.
+    pub max_memory_mb: u64,
     /// The Python interpreter (or virtualenv's python) the sandbox runs.
     pub python: PathBuf,
     /// Pre-started interpreters kept warm.
@@ -87,6 +91,8 @@ impl Default for SandboxConfig {
         Self {
             timeout_seconds: 30,
             memory_mb: 500,
+            max_timeout_seconds: 300,
+            max_memory_mb: 4096,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: 2,
             network: false,

@@ -352,6 +352,16 @@ impl Cx<'_> {
                         .positive(&key, v, 16, 1 << 20, "megabytes")
                         .unwrap_or(s.memory_mb)
                 }
+                "max_timeout_seconds" => {
+                    s.max_timeout_seconds = self
+                        .positive(&key, v, 1, 86_400, "seconds")
+                        .unwrap_or(s.max_timeout_seconds)
+                }
+                "max_memory_mb" => {
+                    s.max_memory_mb = self
+                        .positive(&key, v, 32, 1 << 20, "megabytes")
+                        .unwrap_or(s.max_memory_mb)
+                }
                 "pool_size" => {
                     s.pool_size = self
                         .positive(&key, v, 0, 64, "interpreters")
@@ -581,6 +591,8 @@ impl Cx<'_> {
 const SANDBOX_KEYS: &[&str] = &[
     "timeout_seconds",
     "memory_mb",
+    "max_timeout_seconds",
+    "max_memory_mb",
     "python",
     "pool_size",
     "network",

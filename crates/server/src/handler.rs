@@ -77,11 +77,19 @@ impl ServerHandler for McpHandler {
             ));
         };
         let result = match outcome {
-            Ok(answer) => CallToolResult::structured(answer),
-            Err(failure) => {
+            tools::Answer::Plain(Ok(answer)) => CallToolResult::structured(answer),
+            tools::Answer::Plain(Err(failure)) => {
                 tracing::info!(session = self.session, tool = %name, error = %failure.0, "tool error");
                 CallToolResult::structured_error(json!({"success": false, "error": failure.0}))
             }
+            tools::Answer::Flagged {
+                body,
+                is_error: false,
+            } => CallToolResult::structured(body),
+            tools::Answer::Flagged {
+                body,
+                is_error: true,
+            } => CallToolResult::structured_error(body),
         };
         tracing::debug!(session = self.session, tool = %name, ms = started.elapsed().as_millis() as u64, "tool call");
         Ok(result.into())

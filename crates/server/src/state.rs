@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use cem_config::Config;
+use cem_engine::{Engine, EngineOptions};
 use cem_store::{Workspace, WorkspaceError};
 
 use crate::ToolSet;
@@ -18,6 +21,7 @@ pub struct AppState {
     pub workspace: Workspace,
     pub tool_set: ToolSet,
     pub started: Instant,
+    pub engine: Arc<Engine>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -33,11 +37,13 @@ pub enum StateError {
 
 impl AppState {
     /// Opens the data directory (creating it) and the workspace inside it.
+    /// `exe` is our own binary, re-executed as the sandbox launcher.
     pub fn open(
         config: Config,
         config_path: Option<PathBuf>,
         data_dir: &Path,
         tool_set: ToolSet,
+        exe: PathBuf,
     ) -> Result<Self, StateError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StateError::DataDir {
             path: data_dir.to_path_buf(),
@@ -45,7 +51,14 @@ impl AppState {
         })?;
         let workspace =
             Workspace::open(&data_dir.join("workspace"), config.workspace.max_file_bytes)?;
+        let engine = Engine::new(EngineOptions {
+            data_dir: data_dir.to_path_buf(),
+            workspace: workspace.root().to_path_buf(),
+            sandbox: config.sandbox.clone(),
+            exe,
+        });
         Ok(Self {
+            engine,
             config,
             config_path,
             data_dir: data_dir.to_path_buf(),

@@ -6,7 +6,13 @@ use cem_server::{AppState, McpHandler, ToolSet};
 
 fn handler(set: ToolSet) -> Result<(tempfile::TempDir, McpHandler), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
-    let state = AppState::open(Default::default(), None, tmp.path(), set)?;
+    let state = AppState::open(
+        Default::default(),
+        None,
+        tmp.path(),
+        set,
+        "/nonexistent".into(),
+    )?;
     Ok((tmp, McpHandler::new(Arc::new(state))))
 }
 

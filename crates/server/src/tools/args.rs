@@ -42,12 +42,62 @@ impl Args {
         }
     }
 
+    /// An optional whole number (absent or null: `None`).
+    pub fn opt_u64(&self, name: &str) -> Result<Option<u64>, ToolFailure> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            // 30.0 from clients that send every number as a float.
+            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0) => {
+                Ok(n.as_f64().map(|f| f as u64))
+            }
+            Some(other) => Err(ToolFailure(format!(
+                "argument '{name}' must be a whole number, got {}",
+                describe(other)
+            ))),
+        }
+    }
+
+    /// An optional boolean.
+    pub fn opt_bool(&self, name: &str) -> Result<Option<bool>, ToolFailure> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(ToolFailure(format!(
+                "argument '{name}' must be true or false, got {}",
+                kind(other)
+            ))),
+        }
+    }
+
+    /// An optional JSON object.
+    pub fn opt_object(&self, name: &str) -> Result<Option<Map<String, Value>>, ToolFailure> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m.clone())),
+            Some(other) => Err(ToolFailure(format!(
+                "argument '{name}' must be an object of variable names to values, got {}",
+                kind(other)
+            ))),
+        }
+    }
+
     /// An optional string argument (absent or null: `None`).
     pub fn opt_string(&self, name: &str) -> Result<Option<String>, ToolFailure> {
         match self.0.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(_) => self.string(name).map(Some),
         }
+    }
+}
+
+/// The kind of a value, with the value itself when it is short.
+fn describe(value: &Value) -> String {
+    let text = value.to_string();
+    if text.len() <= 20 {
+        format!("{} ({text})", kind(value))
+    } else {
+        kind(value).to_string()
     }
 }
 

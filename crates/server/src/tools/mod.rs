@@ -5,6 +5,7 @@
 //! context on each `tools/list`.
 
 mod args;
+mod execute;
 mod stats;
 mod workspace;
 
@@ -38,6 +39,7 @@ pub struct ToolDef {
 
 /// Every tool, in the order `tools/list` shows them.
 pub const TOOLS: &[ToolDef] = &[
+    execute::EXECUTE,
     workspace::WRITE,
     workspace::READ,
     workspace::LIST,
@@ -64,19 +66,28 @@ impl<E: std::error::Error> From<E> for ToolFailure {
 /// What a tool returns: a JSON object (success) or a failure message.
 pub type ToolResult = Result<Value, ToolFailure>;
 
+/// A tool's answer when it decides itself whether it is an error: the
+/// JSON and the isError flag (execute_code: failed code is an error the
+/// agent must see, yet it has the full answer shape).
+pub enum Answer {
+    Plain(ToolResult),
+    Flagged { body: Value, is_error: bool },
+}
+
 /// Runs `name` with `args`. `None` means there is no such tool.
-pub async fn call(state: &Arc<AppState>, name: &str, args: Args) -> Option<ToolResult> {
+pub async fn call(state: &Arc<AppState>, name: &str, args: Args) -> Option<Answer> {
     let listed = listed(state.tool_set).any(|t| t.name == name);
     if !listed {
         return None;
     }
-    Some(match name {
+    Some(Answer::Plain(match name {
+        "execute_code" => return Some(execute::execute(state, args).await),
         "write_workspace_file" => workspace::write(state, args).await,
         "read_workspace_file" => workspace::read(state, args).await,
         "list_workspace_files" => workspace::list(state, args).await,
         "get_execution_stats" => stats::stats(state, args).await,
         _ => return None,
-    })
+    }))
 }
 
 /// The success answer: `{"success": true, ...fields}`.

@@ -1,0 +1,293 @@
+"""The code-execution-mcp runtime: runs inside the sandbox, one per interpreter.
+
+It speaks JSON lines with the host over the process's original stdin and
+stdout (moved to private descriptors first thing, so agent code writing to
+fd 1 cannot corrupt the protocol), runs each request's code in a namespace
+that persists for the life of the process (one execution, or one session),
+and answers with the seed's fields.
+"""
+
+import ast
+import asyncio
+import builtins
+import collections
+import datetime as _datetime_module
+import io
+import json
+import linecache
+import math
+import os
+import re
+import statistics
+import sys
+import traceback
+import types
+
+_BRIDGE_IN = os.fdopen(os.dup(0), "r", encoding="utf-8", newline="\n")
+_BRIDGE_OUT = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
+_devnull = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_devnull, 0)
+os.close(_devnull)
+os.dup2(2, 1)  # stray writes to fd 1 land in the host's diagnostics, not the protocol
+
+_MAIN_PID = os.getpid()
+
+
+def _detach_bridge():
+    # A forked child (os.fork, multiprocessing) must never answer for the
+    # parent: only the process the host started speaks the protocol.
+    for stream in (_BRIDGE_IN, _BRIDGE_OUT):
+        try:
+            os.close(stream.fileno())
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_detach_bridge)
+
+WORKSPACE = os.getcwd()
+CODE_FILENAME = "<code>"
+
+
+def _send(message):
+    if os.getpid() != _MAIN_PID:
+        return
+    _BRIDGE_OUT.write(json.dumps(message, default=str) + "\n")
+    _BRIDGE_OUT.flush()
+
+
+class _Capture(io.TextIOBase):
+    """Collects printed text up to a limit and counts what was cut."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.parts = []
+        self.size = 0
+        self.dropped = 0
+
+    def writable(self):
+        return True
+
+    def write(self, text):
+        if not isinstance(text, str):
+            text = str(text)
+        room = self.limit - self.size
+        if room > 0:
+            kept = text[:room]
+            self.parts.append(kept)
+            self.size += len(kept)
+            self.dropped += len(text) - len(kept)
+        else:
+            self.dropped += len(text)
+        return len(text)
+
+    def getvalue(self):
+        out = "".join(self.parts)
+        if self.dropped:
+            out += (
+                f"\n[output truncated: {self.dropped} more characters. "
+                "Print less, or write large data to a file with write_file()]"
+            )
+        return out
+
+
+# --- the seed's helpers, in scope without import ---------------------------------
+
+
+def _ws_path(path):
+    path = os.fspath(path)
+    full = os.path.normpath(os.path.join(WORKSPACE, path))
+    if full != WORKSPACE and not full.startswith(WORKSPACE + os.sep):
+        raise ValueError(f"{path!r} is outside the workspace; use a relative path")
+    return full
+
+
+def read_file(path):
+    """Return the text of a workspace file."""
+    with open(_ws_path(path), encoding="utf-8") as f:
+        return f.read()
+
+
+def write_file(path, content):
+    """Write text (or JSON for other values) to a workspace file, creating directories."""
+    full = _ws_path(path)
+    os.makedirs(os.path.dirname(full) or WORKSPACE, exist_ok=True)
+    if not isinstance(content, str):
+        content = json.dumps(content, indent=2, default=str)
+    tmp = full + ".cem-partial"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(content)
+    os.replace(tmp, full)
+    return {"success": True, "filename": os.path.relpath(full, WORKSPACE), "size": len(content.encode())}
+
+
+def list_files(subpath=""):
+    """List workspace files (relative paths), recursively."""
+    base = _ws_path(subpath)
+    out = []
+    for root, dirs, files in os.walk(base):
+        dirs.sort()
+        for name in sorted(files):
+            out.append(os.path.relpath(os.path.join(root, name), WORKSPACE))
+    return out
+
+
+def delete_file(path):
+    """Delete a workspace file."""
+    os.remove(_ws_path(path))
+    return True
+
+
+def filter_by_field(data, field, value):
+    """Items of `data` (dicts) whose `field` equals `value`."""
+    return [item for item in data if isinstance(item, dict) and item.get(field) == value]
+
+
+def summarize_list(data, limit=5):
+    """{"count": len(data), "sample": the first `limit` items}."""
+    data = list(data)
+    return {"count": len(data), "sample": data[:limit]}
+
+
+def aggregate_stats(data, field):
+    """Sum, average, min and max of a numeric field: {"<field>_sum", "<field>_avg", ...}."""
+    values = [
+        item.get(field)
+        for item in data
+        if isinstance(item, dict) and isinstance(item.get(field), (int, float)) and not isinstance(item.get(field), bool)
+    ]
+    if not values:
+        return {f"{field}_count": 0, f"{field}_sum": 0, f"{field}_avg": None, f"{field}_min": None, f"{field}_max": None}
+    return {
+        f"{field}_count": len(values),
+        f"{field}_sum": sum(values),
+        f"{field}_avg": sum(values) / len(values),
+        f"{field}_min": min(values),
+        f"{field}_max": max(values),
+    }
+
+
+def format_output(data, format="json"):
+    """Render data as "json" (indented), "table" (list of dicts) or "text"."""
+    if format == "table" and isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+        columns = list(dict.fromkeys(k for row in data for k in row))
+        rows = [[str(row.get(c, "")) for c in columns] for row in data]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+        line = lambda cells: " | ".join(cell.ljust(w) for cell, w in zip(cells, widths))
+        return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *(line(r) for r in rows)])
+    if format == "text":
+        return str(data)
+    return json.dumps(data, indent=2, default=str)
+
+
+def _namespace():
+    ns = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "json": json,
+        "re": re,
+        "math": math,
+        "statistics": statistics,
+        "collections": collections,
+        "datetime": _datetime_module.datetime,
+        "date": _datetime_module.date,
+        "timedelta": _datetime_module.timedelta,
+        "asyncio": asyncio,
+        "read_file": read_file,
+        "write_file": write_file,
+        "list_files": list_files,
+        "delete_file": delete_file,
+        "filter_by_field": filter_by_field,
+        "summarize_list": summarize_list,
+        "aggregate_stats": aggregate_stats,
+        "format_output": format_output,
+    }
+    return ns
+
+
+# --- running code ----------------------------------------------------------------
+
+
+def _agent_traceback(exc):
+    """The traceback limited to the agent's own frames, with its line numbers."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == CODE_FILENAME]
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames)
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
+
+
+def _jsonable_result(value, limit):
+    if value is None:
+        return None, None
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)[:limit], "result is not JSON-serialisable; its repr() is returned"
+    if len(text) > limit:
+        return (
+            text[:limit],
+            f"result is {len(text)} characters as JSON, over the {limit} limit; it is cut. "
+            "Return a summary, or write the data to a file with write_file()",
+        )
+    return value, None
+
+
+def _run(request, ns):
+    limit = int(request.get("max_output_chars", 20000))
+    capture = _Capture(limit)
+    answer = {"type": "result", "success": True}
+    ns.update(request.get("context_vars") or {})
+    ns.pop("result", None)
+    source = request["code"]
+    linecache.cache[CODE_FILENAME] = (len(source), None, source.splitlines(True), CODE_FILENAME)
+    old_out, old_err = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = capture
+    try:
+        code = compile(source, CODE_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        if code.co_flags & 0x80:  # CO_COROUTINE: the code awaits at top level
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(eval(code, ns))
+            finally:
+                loop.close()
+        else:
+            exec(code, ns)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            answer.update(success=False, error=f"SystemExit: {e.code}", traceback=_agent_traceback(e))
+    except MemoryError as e:
+        answer.update(
+            success=False,
+            error=f"MemoryError: the memory limit ({request.get('memory_mb')} MB) was reached",
+            traceback=_agent_traceback(e),
+        )
+    except BaseException as e:  # noqa: BLE001 - everything the code raises is the agent's to see
+        answer.update(success=False, error=f"{type(e).__name__}: {e}", traceback=_agent_traceback(e))
+    finally:
+        sys.stdout, sys.stderr = old_out, old_err
+    result, note = _jsonable_result(ns.get("result"), limit)
+    answer["result"] = result
+    if note:
+        answer["note"] = note
+    answer["output"] = capture.getvalue()
+    return answer
+
+
+def main():
+    ns = _namespace()
+    _send({"type": "ready", "pid": os.getpid()})
+    for line in _BRIDGE_IN:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            _send({"type": "error", "error": "runtime received a line that is not JSON"})
+            continue
+        kind = request.get("type")
+        if kind == "exec":
+            _send(_run(request, ns))
+        elif kind == "exit":
+            break
+
+
+main()

@@ -1,0 +1,130 @@
+//! The answer of one execution, as the model sees it.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::process::Failure;
+
+/// The seed's fields (`success`, `result`, `output`, `execution_time_ms`,
+/// `error`, `traceback`) plus notes the agent can act on.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ExecAnswer {
+    pub success: bool,
+    pub result: Value,
+    pub output: String,
+    pub execution_time_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Present only when the code ran without OS isolation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
+impl ExecAnswer {
+    /// From the runtime's result message, re-capped on the host (the
+    /// runtime runs agent code and cannot be trusted to have capped).
+    pub fn from_runtime(msg: &Value, cap: usize) -> Self {
+        let text = |k: &str| msg.get(k).and_then(Value::as_str).map(str::to_string);
+        let mut answer = ExecAnswer {
+            success: msg.get("success").and_then(Value::as_bool).unwrap_or(false),
+            result: msg.get("result").cloned().unwrap_or(Value::Null),
+            output: text("output").unwrap_or_default(),
+            error: text("error").map(|e| cut(&e, cap)),
+            traceback: text("traceback").map(|t| cut(&t, cap)),
+            note: text("note"),
+            ..Default::default()
+        };
+        if answer.output.chars().count() > cap {
+            answer.output = cut(&answer.output, cap);
+        }
+        let size = serde_json::to_string(&answer.result)
+            .map(|s| s.len())
+            .unwrap_or(0);
+        if size > cap + 2 {
+            answer.result = Value::String(cut(&answer.result.to_string(), cap));
+            answer.note = Some(format!(
+                "result was {size} characters as JSON, over the {cap} limit; it is cut. Return a summary, \
+                 or write the data to a file with write_file()"
+            ));
+        }
+        answer
+    }
+
+    /// For an execution that did not come back.
+    pub fn failed(failure: &Failure, timeout_s: u64, memory_mb: u64, in_session: bool) -> Self {
+        let lost = if in_session {
+            " The session's interpreter was ended: its variables are gone, and the next call starts afresh."
+        } else {
+            ""
+        };
+        let (error, traceback) = match failure {
+            Failure::Timeout => (
+                format!(
+                    "TimeoutError: the code ran longer than {timeout_s} s and was stopped. Make it faster, \
+                     process less data per call, or pass a larger timeout_seconds.{lost}"
+                ),
+                None,
+            ),
+            Failure::Died {
+                status,
+                out_of_memory,
+                stderr,
+            } => {
+                let why = match (status, out_of_memory) {
+                    (_, true) | (Some(137), _) => format!(
+                        "MemoryError: the interpreter was killed at the memory limit of {memory_mb} MB. Use less \
+                         memory (stream or chunk the data) or pass a larger memory_mb."
+                    ),
+                    (Some(139), _) => "the interpreter crashed (SIGSEGV), typically from recursion too deep for the C \
+                                       stack; make the recursion iterative or shallower."
+                        .to_string(),
+                    (Some(152), _) => "the CPU time limit was reached".to_string(),
+                    (Some(125), _) => "the sandbox could not be set up for this execution".to_string(),
+                    (Some(code), _) => format!("the interpreter exited unexpectedly (status {code})"),
+                    (None, _) => "the interpreter ended unexpectedly".to_string(),
+                };
+                let tail: String = stderr
+                    .chars()
+                    .rev()
+                    .take(2000)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                (
+                    format!("{why}{lost}"),
+                    (!tail.trim().is_empty()).then_some(tail),
+                )
+            }
+            Failure::Protocol(p) => (
+                format!("the interpreter broke the runtime protocol: {p}.{lost}"),
+                None,
+            ),
+        };
+        ExecAnswer {
+            success: false,
+            error: Some(error),
+            traceback,
+            ..Default::default()
+        }
+    }
+}
+
+/// The first `cap` characters of `s`, with a note of what was cut.
+fn cut(s: &str, cap: usize) -> String {
+    let total = s.chars().count();
+    if total <= cap {
+        return s.to_string();
+    }
+    let kept: String = s.chars().take(cap).collect();
+    format!(
+        "{kept}\n[truncated: {} more characters. Print less, or write large data to a file with write_file()]",
+        total - cap
+    )
+}

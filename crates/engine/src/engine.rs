@@ -1,0 +1,452 @@
+//! The engine: which interpreter serves which execution.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cem_config::SandboxConfig;
+use cem_sandbox::Layers;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify, OnceCell};
+
+use crate::answer::ExecAnswer;
+use crate::process::{Interp, Launch};
+use crate::{EngineError, runtime};
+
+/// Processes and threads one sandbox may run.
+const PROCESSES: u64 = 128;
+/// Longest session id accepted.
+const MAX_SESSION_ID: usize = 128;
+/// Sessions alive at once.
+const MAX_SESSIONS: usize = 64;
+
+/// How the engine runs code on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxMode {
+    /// Every layer the host offers (see the probe's layers).
+    Isolated,
+    /// The host cannot isolate and the config allows running without.
+    Unsandboxed { reason: String },
+    /// The host cannot isolate and running without is not allowed.
+    Unavailable { reason: String },
+}
+
+/// What the engine needs from its owner.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub data_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub sandbox: SandboxConfig,
+    /// Our own binary (the sandbox launcher).
+    pub exe: PathBuf,
+}
+
+/// One execute_code call.
+#[derive(Debug, Clone, Default)]
+pub struct ExecRequest {
+    pub code: String,
+    pub context_vars: Option<serde_json::Map<String, Value>>,
+    pub timeout_seconds: Option<u64>,
+    pub memory_mb: Option<u64>,
+    pub session_id: Option<String>,
+    pub reset_session: bool,
+}
+
+struct Session {
+    interp: Option<Interp>,
+    last_used: Instant,
+}
+
+struct Ready {
+    launch: Launch,
+    mode: SandboxMode,
+    layers: Option<Layers>,
+}
+
+/// Runs agent code. Cheap to share (`Arc`).
+pub struct Engine {
+    options: EngineOptions,
+    ready: OnceCell<Result<Ready, String>>,
+    pool: Mutex<Vec<Interp>>,
+    refill: Notify,
+    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    executions: std::sync::atomic::AtomicU64,
+}
+
+impl Engine {
+    /// Makes the engine; nothing is probed or started until [`Engine::warm_up`]
+    /// or the first execution.
+    pub fn new(options: EngineOptions) -> Arc<Engine> {
+        Arc::new(Engine {
+            options,
+            ready: OnceCell::new(),
+            pool: Mutex::new(Vec::new()),
+            refill: Notify::new(),
+            sessions: Mutex::new(HashMap::new()),
+            executions: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Probes the host and starts the pool filler and the session reaper in
+    /// the background. Call once from inside a tokio runtime.
+    pub fn warm_up(self: &Arc<Self>) {
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if engine.prepare().await.is_ok() {
+                engine.fill_pool().await;
+            }
+        });
+        let engine = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(15)).await;
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                engine.reap_idle_sessions().await;
+            }
+        });
+    }
+
+    async fn prepare(&self) -> Result<&Ready, EngineError> {
+        let ready = self
+            .ready
+            .get_or_init(|| async {
+                let options = self.options.clone();
+                tokio::task::spawn_blocking(move || probe_host(&options))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the probe task failed: {e}")))
+            })
+            .await;
+        ready.as_ref().map_err(|e| EngineError::Start(e.clone()))
+    }
+
+    /// How code runs here, and each layer (None until probed).
+    pub async fn status(&self) -> Value {
+        match self.prepare().await {
+            Ok(ready) => {
+                let mode = match &ready.mode {
+                    SandboxMode::Isolated => json!({"mode": "isolated"}),
+                    SandboxMode::Unsandboxed { reason } => json!({
+                        "mode": "UNSANDBOXED",
+                        "warning": format!("code runs WITHOUT OS isolation because {reason}; sandbox.allow_unsandboxed is true"),
+                    }),
+                    SandboxMode::Unavailable { reason } => {
+                        json!({"mode": "unavailable", "reason": reason})
+                    }
+                };
+                let mut out = mode;
+                if let (Some(obj), Some(layers)) = (out.as_object_mut(), &ready.layers) {
+                    obj.insert("layers".into(), json!(layers.layers));
+                    obj.insert("python".into(), json!(ready.launch.layout.version));
+                }
+                if let Some(obj) = out.as_object_mut() {
+                    obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
+                    obj.insert("sessions".into(), json!(self.sessions.lock().await.len()));
+                    obj.insert(
+                        "executions".into(),
+                        json!(self.executions.load(std::sync::atomic::Ordering::Relaxed)),
+                    );
+                }
+                out
+            }
+            Err(e) => json!({"mode": "unavailable", "reason": e.to_string()}),
+        }
+    }
+
+    /// Runs one request.
+    pub async fn execute(&self, request: ExecRequest) -> Result<ExecAnswer, EngineError> {
+        let cfg = &self.options.sandbox;
+        let timeout_s = request.timeout_seconds.unwrap_or(cfg.timeout_seconds);
+        if !(1..=cfg.max_timeout_seconds).contains(&timeout_s) {
+            return Err(EngineError::BadRequest(format!(
+                "timeout_seconds must be from 1 to {} (sandbox.max_timeout_seconds), got {timeout_s}",
+                cfg.max_timeout_seconds
+            )));
+        }
+        let memory_mb = request.memory_mb.unwrap_or(cfg.memory_mb);
+        if !(32..=cfg.max_memory_mb).contains(&memory_mb) {
+            return Err(EngineError::BadRequest(format!(
+                "memory_mb must be from 32 to {} (sandbox.max_memory_mb), got {memory_mb}",
+                cfg.max_memory_mb
+            )));
+        }
+        if let Some(id) = &request.session_id
+            && (id.is_empty()
+                || id.len() > MAX_SESSION_ID
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)))
+        {
+            return Err(EngineError::BadRequest(format!(
+                "session_id must be 1 to {MAX_SESSION_ID} characters of letters, digits, '-', '_', '.', ':'"
+            )));
+        }
+        let ready = self.prepare().await?;
+        if let SandboxMode::Unavailable { reason } = &ready.mode {
+            return Err(EngineError::Refused(format!(
+                "code execution is refused: this host cannot isolate code ({reason}). Fix the host (run \
+                 `code-execution-mcp doctor`), or accept the risk with \"sandbox\": {{\"allow_unsandboxed\": true}} \
+                 in the config"
+            )));
+        }
+        self.executions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let started = Instant::now();
+        let message = json!({
+            "type": "exec",
+            "code": request.code,
+            "context_vars": request.context_vars,
+            "max_output_chars": cfg.max_output_chars,
+            "memory_mb": memory_mb,
+        });
+        let timeout = Duration::from_secs(timeout_s);
+        let cap = cfg.max_output_chars as usize;
+        let mut answer = match &request.session_id {
+            None => {
+                let mut interp = self.take_interp(ready, memory_mb).await?;
+                let outcome = interp.exchange(&message, timeout).await;
+                // One execution per interpreter: never reused.
+                tokio::spawn(async move { interp.kill().await });
+                match outcome {
+                    Ok(msg) => ExecAnswer::from_runtime(&msg, cap),
+                    Err(f) => ExecAnswer::failed(&f, timeout_s, memory_mb, false),
+                }
+            }
+            Some(id) => {
+                self.run_in_session(
+                    ready,
+                    id,
+                    request.reset_session,
+                    memory_mb,
+                    &message,
+                    timeout,
+                    timeout_s,
+                )
+                .await?
+            }
+        };
+        answer.execution_time_ms = started.elapsed().as_millis() as u64;
+        answer.session_id = request.session_id;
+        if let SandboxMode::Unsandboxed { reason } = &ready.mode {
+            answer.warning = Some(format!("this code ran WITHOUT a sandbox ({reason})"));
+        }
+        Ok(answer)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_in_session(
+        &self,
+        ready: &Ready,
+        id: &str,
+        reset: bool,
+        memory_mb: u64,
+        message: &Value,
+        timeout: Duration,
+        timeout_s: u64,
+    ) -> Result<ExecAnswer, EngineError> {
+        let session = {
+            let mut sessions = self.sessions.lock().await;
+            if !sessions.contains_key(id) && sessions.len() >= MAX_SESSIONS {
+                return Err(EngineError::Refused(format!(
+                    "{MAX_SESSIONS} sessions are open; reuse one, or wait for idle ones to end"
+                )));
+            }
+            sessions
+                .entry(id.to_string())
+                .or_insert_with(|| {
+                    Arc::new(Mutex::new(Session {
+                        interp: None,
+                        last_used: Instant::now(),
+                    }))
+                })
+                .clone()
+        };
+        let mut session = session.lock().await;
+        session.last_used = Instant::now();
+        let mut note = None;
+        if let Some(interp) = &mut session.interp {
+            if reset || interp.exited() {
+                interp.kill().await;
+                session.interp = None;
+            } else if interp.memory_mb != memory_mb {
+                note = Some(format!(
+                    "this session started with memory_mb={}; pass reset_session=true to change it",
+                    interp.memory_mb
+                ));
+            }
+        }
+        if session.interp.is_none() {
+            session.interp = Some(self.start_interp(ready, memory_mb).await?);
+        }
+        let Some(interp) = session.interp.as_mut() else {
+            return Err(EngineError::Start("the session has no interpreter".into()));
+        };
+        let outcome = interp.exchange(message, timeout).await;
+        let mut answer = match outcome {
+            Ok(msg) => {
+                ExecAnswer::from_runtime(&msg, self.options.sandbox.max_output_chars as usize)
+            }
+            Err(f) => {
+                session.interp = None;
+                ExecAnswer::failed(&f, timeout_s, memory_mb, true)
+            }
+        };
+        if note.is_some() {
+            answer.note = note;
+        }
+        session.last_used = Instant::now();
+        Ok(answer)
+    }
+
+    async fn take_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
+        if memory_mb == self.options.sandbox.memory_mb {
+            let mut pool = self.pool.lock().await;
+            while let Some(mut interp) = pool.pop() {
+                if !interp.exited() {
+                    drop(pool);
+                    self.refill.notify_one();
+                    return Ok(interp);
+                }
+            }
+        }
+        self.refill.notify_one();
+        self.start_interp(ready, memory_mb).await
+    }
+
+    async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
+        Interp::start(&ready.launch, memory_mb, PROCESSES)
+            .await
+            .map_err(EngineError::Start)
+    }
+
+    /// Keeps `pool_size` ready interpreters, refilling when one is taken.
+    async fn fill_pool(&self) {
+        let target = self.options.sandbox.pool_size as usize;
+        let Ok(ready) = self.prepare().await else {
+            return;
+        };
+        if matches!(ready.mode, SandboxMode::Unavailable { .. }) || target == 0 {
+            return;
+        }
+        let mut failures = 0u32;
+        loop {
+            let have = self.pool.lock().await.len();
+            if have >= target {
+                self.refill.notified().await;
+                continue;
+            }
+            match self
+                .start_interp(ready, self.options.sandbox.memory_mb)
+                .await
+            {
+                Ok(interp) => {
+                    failures = 0;
+                    self.pool.lock().await.push(interp);
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "could not start a pooled interpreter");
+                    // Back off rather than spin on a broken host.
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(50))))
+                        .await;
+                }
+            }
+        }
+    }
+
+    async fn reap_idle_sessions(&self) {
+        let idle = Duration::from_secs(self.options.sandbox.session_idle_seconds);
+        let mut sessions = self.sessions.lock().await;
+        let mut expired = Vec::new();
+        for (id, session) in sessions.iter() {
+            if let Ok(s) = session.try_lock()
+                && s.last_used.elapsed() > idle
+            {
+                expired.push(id.clone());
+            }
+        }
+        for id in expired {
+            if let Some(session) = sessions.remove(&id) {
+                tracing::info!(session = %id, "session idle too long; ended");
+                if let Some(mut interp) = session.lock().await.interp.take() {
+                    interp.kill().await;
+                }
+            }
+        }
+    }
+
+    /// Ends every interpreter (pool and sessions).
+    pub async fn shutdown(&self) {
+        for mut interp in self.pool.lock().await.drain(..) {
+            interp.kill().await;
+        }
+        for (_, session) in self.sessions.lock().await.drain() {
+            if let Some(mut interp) = session.lock().await.interp.take() {
+                interp.kill().await;
+            }
+        }
+    }
+}
+
+/// Resolves the interpreter and decides how code can run here.
+fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
+    let cfg = &options.sandbox;
+    let layout =
+        cem_sandbox::resolve_interpreter(&cfg.python, cfg.network).map_err(|e| e.to_string())?;
+    let runtime_dir = runtime::install(&options.data_dir).map_err(|e| {
+        format!(
+            "cannot write the runtime under {}: {e}",
+            options.data_dir.display()
+        )
+    })?;
+    let probe_dir = options.data_dir.join("probe");
+    std::fs::create_dir_all(&probe_dir)
+        .map_err(|e| format!("cannot create {}: {e}", probe_dir.display()))?;
+    if let Some((uid, gid)) = cem_sandbox::sandbox_owner() {
+        let _ = std::os::unix::fs::chown(&probe_dir, Some(uid), Some(gid));
+    }
+    let layers = cem_sandbox::probe(&options.exe, &layout, &probe_dir);
+    let use_cgroups = layers.layers.iter().any(|l| l.name == "cgroup" && l.on);
+    let mode = if layers.isolated {
+        SandboxMode::Isolated
+    } else {
+        let reason = layers
+            .error
+            .clone()
+            .unwrap_or_else(|| "the sandbox could not start".into());
+        if cfg.allow_unsandboxed {
+            tracing::warn!(%reason, "host cannot isolate; running code UNSANDBOXED as the config allows");
+            SandboxMode::Unsandboxed { reason }
+        } else {
+            tracing::error!(%reason, "host cannot isolate; execute_code will refuse to run code");
+            SandboxMode::Unavailable { reason }
+        }
+    };
+    for layer in layers.layers.iter().filter(|l| !l.on) {
+        tracing::warn!(layer = layer.name, detail = %layer.detail, "sandbox layer off");
+    }
+    let launch = Launch {
+        exe: options.exe.clone(),
+        layout,
+        runtime_dir,
+        workspace: options.workspace.clone(),
+        network: cfg.network,
+        unsandboxed: matches!(mode, SandboxMode::Unsandboxed { .. }),
+        use_cgroups,
+    };
+    Ok(Ready {
+        launch,
+        mode,
+        layers: Some(layers),
+    })
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}

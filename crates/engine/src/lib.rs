@@ -1,0 +1,28 @@
+//! The execution engine: one execution = one sandboxed CPython running the
+//! embedded runtime (`runtime/cem_runtime.py`), fed a request over its
+//! stdin and answering on its stdout.
+//!
+//! [`Engine`] keeps a warm pool of pre-started interpreters (each serves one
+//! execution and is then discarded) and one interpreter per `session_id`
+//! (variables persist between that session's executions and nowhere else).
+//! When the host cannot isolate, it refuses to run code unless the config
+//! allows running unsandboxed, and then says so in every answer.
+
+mod answer;
+mod engine;
+mod process;
+mod runtime;
+
+pub use answer::ExecAnswer;
+pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode};
+
+/// Why an execution could not even start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    Refused(String),
+    #[error("invalid argument: {0}")]
+    BadRequest(String),
+    #[error("could not start the interpreter: {0}")]
+    Start(String),
+}

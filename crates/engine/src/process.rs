@@ -1,0 +1,275 @@
+//! One interpreter process (sandboxed or not) running the runtime, and the
+//! JSON-lines exchange with it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cem_sandbox::{Bind, Cgroup, InterpreterLayout, Limits, Spec};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use crate::runtime::RUNTIME_TARGET;
+
+/// Longest line accepted from the runtime (answers are capped well below).
+const MAX_LINE: usize = 32 << 20;
+/// Diagnostics (the interpreter's stderr) kept for error reports.
+const STDERR_TAIL: usize = 4096;
+/// How long an interpreter may take to say it is ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Everything needed to start interpreters.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Our own binary, re-executed as the sandbox launcher.
+    pub exe: PathBuf,
+    pub layout: InterpreterLayout,
+    pub runtime_dir: PathBuf,
+    pub workspace: PathBuf,
+    pub network: bool,
+    /// Run the interpreter directly, without any sandbox (explicitly allowed).
+    pub unsandboxed: bool,
+    pub use_cgroups: bool,
+}
+
+/// How an exchange with the interpreter went wrong.
+#[derive(Debug)]
+pub enum Failure {
+    Timeout,
+    /// The process ended: its exit status (128+signal for signals), whether
+    /// the cgroup saw the memory limit hit, and the end of its stderr.
+    Died {
+        status: Option<i32>,
+        out_of_memory: bool,
+        stderr: String,
+    },
+    Protocol(String),
+}
+
+/// A started interpreter that has said it is ready.
+pub struct Interp {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: Arc<Mutex<String>>,
+    cgroup: Option<Cgroup>,
+    pub memory_mb: u64,
+}
+
+impl Interp {
+    /// Starts an interpreter with `memory_mb` and waits for its ready line.
+    pub async fn start(launch: &Launch, memory_mb: u64, processes: u64) -> Result<Interp, String> {
+        let runtime = format!("{RUNTIME_TARGET}/cem_runtime.py");
+        let env: Vec<(String, String)> = [
+            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            ("HOME", "/tmp"),
+            ("TMPDIR", "/tmp"),
+            ("LANG", "C.UTF-8"),
+            ("PYTHONIOENCODING", "utf-8"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let (mut cmd, cgroup) = if launch.unsandboxed {
+            let mut cmd = std::process::Command::new(&launch.layout.executable);
+            cmd.args(["-I", "-B"])
+                .arg(launch.runtime_dir.join("cem_runtime.py"))
+                .env_clear()
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&launch.workspace);
+            (cmd, None)
+        } else {
+            let cgroup = if launch.use_cgroups {
+                let name = format!("x{}-{}", std::process::id(), next_id());
+                Cgroup::create(&name, memory_mb, processes).ok()
+            } else {
+                None
+            };
+            let mut binds = launch.layout.binds.clone();
+            binds.push(Bind {
+                source: launch.runtime_dir.clone(),
+                target: RUNTIME_TARGET.into(),
+            });
+            let spec = Spec {
+                program: launch.layout.executable.clone(),
+                argv: vec!["python3".into(), "-I".into(), "-B".into(), runtime],
+                env,
+                ro_binds: binds,
+                symlinks: launch.layout.symlinks.clone(),
+                workspace: Some(launch.workspace.clone()),
+                workspace_target: "/workspace".into(),
+                cwd: "/workspace".into(),
+                limits: Limits {
+                    memory_mb,
+                    // A backstop only: wall-clock time is enforced by the host.
+                    cpu_seconds: 3600,
+                    processes,
+                    ..Limits::default()
+                },
+                network: launch.network,
+                cgroups: cgroup
+                    .as_ref()
+                    .map(|c| c.dirs().to_vec())
+                    .unwrap_or_default(),
+            };
+            let cmd = cem_sandbox::command(&launch.exe, &spec).map_err(|e| e.to_string())?;
+            (cmd, cgroup)
+        };
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = tokio::process::Command::from(cmd)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", launch.exe.display()))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err("the interpreter's pipes are missing".into());
+        };
+        let tail = Arc::new(Mutex::new(String::new()));
+        tokio::spawn(drain_stderr(stderr, tail.clone()));
+        let mut interp = Interp {
+            child,
+            stdin,
+            stdout: BufReader::new(stdout),
+            stderr: tail,
+            cgroup,
+            memory_mb,
+        };
+        match tokio::time::timeout(READY_TIMEOUT, interp.read_message()).await {
+            Ok(Ok(msg)) if msg["type"] == "ready" => Ok(interp),
+            Ok(Ok(msg)) => Err(format!("unexpected first message from the runtime: {msg}")),
+            Ok(Err(failure)) => Err(interp.describe(failure).await),
+            Err(_) => {
+                interp.kill().await;
+                Err(format!(
+                    "the interpreter did not start within {} s",
+                    READY_TIMEOUT.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// Whether the process has ended (so a pooled one is unusable).
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Sends one request and waits for its answer, up to `timeout`.
+    pub async fn exchange(&mut self, request: &Value, timeout: Duration) -> Result<Value, Failure> {
+        let mut line = serde_json::to_vec(request).map_err(|e| Failure::Protocol(e.to_string()))?;
+        line.push(b'\n');
+        let work = async {
+            if self.stdin.write_all(&line).await.is_err() || self.stdin.flush().await.is_err() {
+                return Err(self.died().await);
+            }
+            self.read_message().await
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.kill().await;
+                Err(Failure::Timeout)
+            }
+        }
+    }
+
+    /// Reads one JSON line from the runtime.
+    async fn read_message(&mut self) -> Result<Value, Failure> {
+        let mut buf = Vec::new();
+        let n = (&mut self.stdout)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut buf)
+            .await
+            .map_err(|e| Failure::Protocol(e.to_string()))?;
+        if n == 0 {
+            return Err(self.died().await);
+        }
+        if !buf.ends_with(b"\n") {
+            self.kill().await;
+            return Err(Failure::Protocol(format!(
+                "the runtime sent a line over {MAX_LINE} bytes"
+            )));
+        }
+        serde_json::from_slice(&buf)
+            .map_err(|e| Failure::Protocol(format!("the runtime sent invalid JSON: {e}")))
+    }
+
+    async fn died(&mut self) -> Failure {
+        let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
+            Ok(Ok(s)) => exit_code(s),
+            _ => {
+                self.kill().await;
+                None
+            }
+        };
+        // Let the stderr drain catch the last words.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Failure::Died {
+            status,
+            out_of_memory: self.cgroup.as_ref().is_some_and(|c| c.memory_exhausted()),
+            stderr: self.stderr_tail(),
+        }
+    }
+
+    pub fn stderr_tail(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
+    pub async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+
+    async fn describe(&mut self, failure: Failure) -> String {
+        match failure {
+            Failure::Died { status, stderr, .. } => {
+                let last = stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                format!("the interpreter exited during start-up (status {status:?}): {last}")
+            }
+            Failure::Timeout => "the interpreter timed out during start-up".into(),
+            Failure::Protocol(p) => p,
+        }
+    }
+}
+
+fn exit_code(status: std::process::ExitStatus) -> Option<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s))
+}
+
+async fn drain_stderr(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match stderr.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if let Ok(mut t) = tail.lock() {
+                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    if t.len() > STDERR_TAIL * 2 {
+                        let cut = t.len() - STDERR_TAIL;
+                        let cut = (cut..t.len())
+                            .find(|i| t.is_char_boundary(*i))
+                            .unwrap_or(t.len());
+                        t.drain(..cut);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}

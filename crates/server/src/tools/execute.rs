@@ -1,0 +1,66 @@
+//! execute_code: agent Python in the sandbox.
+
+use std::sync::Arc;
+
+use cem_engine::{EngineError, ExecRequest};
+use serde_json::json;
+
+use super::{Answer, Args, ToolDef, ToolFailure};
+use crate::AppState;
+
+pub const EXECUTE: ToolDef = ToolDef {
+    name: "execute_code",
+    description: "Run Python 3 in an isolated sandbox (no network; cwd is the persistent workspace). Set `result` to return a value; print() goes to output; top-level await works. In scope: json re math statistics collections datetime date timedelta read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "code": {"type": "string"},
+                "context_vars": {"type": "object", "description": "Variables defined before the code runs"},
+                "timeout_seconds": {"type": "integer", "default": 30},
+                "memory_mb": {"type": "integer", "default": 500},
+                "session_id": {"type": "string", "description": "Keep variables across calls with the same id"},
+                "reset_session": {"type": "boolean", "description": "Start the session afresh"}
+            },
+            "required": ["code"]
+        })
+    },
+    minimal: true,
+};
+
+const ARGS: &[&str] = &[
+    "code",
+    "context_vars",
+    "timeout_seconds",
+    "memory_mb",
+    "session_id",
+    "reset_session",
+];
+
+pub async fn execute(state: &Arc<AppState>, args: Args) -> Answer {
+    match request(&args) {
+        Err(failure) => Answer::Plain(Err(failure)),
+        Ok(request) => match state.engine.execute(request).await {
+            Ok(answer) => {
+                let is_error = !answer.success;
+                let body = serde_json::to_value(&answer)
+                    .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
+                Answer::Flagged { body, is_error }
+            }
+            Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
+            Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
+        },
+    }
+}
+
+fn request(args: &Args) -> Result<ExecRequest, ToolFailure> {
+    args.only(ARGS)?;
+    Ok(ExecRequest {
+        code: args.string("code")?,
+        context_vars: args.opt_object("context_vars")?,
+        timeout_seconds: args.opt_u64("timeout_seconds")?,
+        memory_mb: args.opt_u64("memory_mb")?,
+        session_id: args.opt_string("session_id")?,
+        reset_session: args.opt_bool("reset_session")?.unwrap_or(false),
+    })
+}
