@@ -73,6 +73,8 @@ pub struct SandboxConfig {
     pub max_memory_mb: u64,
     /// The Python interpreter (or virtualenv's python) the sandbox runs.
     pub python: PathBuf,
+    /// Disk space one execution may use up (checked while it runs).
+    pub disk_quota_mb: u64,
     /// Pre-started interpreters kept warm.
     pub pool_size: u32,
     /// Whether sandboxed code may reach the network (off by default).
@@ -93,6 +95,7 @@ impl Default for SandboxConfig {
             memory_mb: 500,
             max_timeout_seconds: 300,
             max_memory_mb: 4096,
+            disk_quota_mb: 1024,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: 2,
             network: false,

@@ -357,6 +357,11 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 86_400, "seconds")
                         .unwrap_or(s.max_timeout_seconds)
                 }
+                "disk_quota_mb" => {
+                    s.disk_quota_mb = self
+                        .positive(&key, v, 1, 1 << 30, "megabytes")
+                        .unwrap_or(s.disk_quota_mb)
+                }
                 "max_memory_mb" => {
                     s.max_memory_mb = self
                         .positive(&key, v, 32, 1 << 20, "megabytes")
@@ -593,6 +598,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "memory_mb",
     "max_timeout_seconds",
     "max_memory_mb",
+    "disk_quota_mb",
     "python",
     "pool_size",
     "network",

@@ -106,6 +106,14 @@ impl ExecAnswer {
                 format!("the interpreter broke the runtime protocol: {p}.{lost}"),
                 None,
             ),
+            Failure::Disk { used_mb } => (
+                format!(
+                    "OSError: the code used up about {used_mb} MB of disk, over the per-execution quota \
+                     (sandbox.disk_quota_mb), or the disk is nearly full, and was stopped. The files it \
+                     wrote remain in the workspace: delete what is not needed.{lost}"
+                ),
+                None,
+            ),
         };
         ExecAnswer {
             success: false,

@@ -206,7 +206,7 @@ impl Engine {
         let mut answer = match &request.session_id {
             None => {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
-                let outcome = interp.exchange(&message, timeout).await;
+                let outcome = interp.exchange(&message, timeout, &ready.launch).await;
                 // One execution per interpreter: never reused.
                 tokio::spawn(async move { interp.kill().await });
                 match outcome {
@@ -283,7 +283,7 @@ impl Engine {
         let Some(interp) = session.interp.as_mut() else {
             return Err(EngineError::Start("the session has no interpreter".into()));
         };
-        let outcome = interp.exchange(message, timeout).await;
+        let outcome = interp.exchange(message, timeout, &ready.launch).await;
         let mut answer = match outcome {
             Ok(msg) => {
                 ExecAnswer::from_runtime(&msg, self.options.sandbox.max_output_chars as usize)
@@ -435,6 +435,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         network: cfg.network,
         unsandboxed: matches!(mode, SandboxMode::Unsandboxed { .. }),
         use_cgroups,
+        disk_quota_bytes: cfg.disk_quota_mb << 20,
     };
     Ok(Ready {
         launch,

@@ -32,7 +32,12 @@ pub struct Launch {
     /// Run the interpreter directly, without any sandbox (explicitly allowed).
     pub unsandboxed: bool,
     pub use_cgroups: bool,
+    /// Disk space one exchange may use up before it is stopped.
+    pub disk_quota_bytes: u64,
 }
+
+/// The disk watchdog also stops an execution when free space falls this low.
+const DISK_FLOOR: u64 = 64 << 20;
 
 /// How an exchange with the interpreter went wrong.
 #[derive(Debug)]
@@ -46,6 +51,10 @@ pub enum Failure {
         stderr: String,
     },
     Protocol(String),
+    /// The execution used up more disk than allowed.
+    Disk {
+        used_mb: u64,
+    },
 }
 
 /// A started interpreter that has said it is ready.
@@ -159,8 +168,45 @@ impl Interp {
         !matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Sends one request and waits for its answer, up to `timeout`.
-    pub async fn exchange(&mut self, request: &Value, timeout: Duration) -> Result<Value, Failure> {
+    /// Sends one request and waits for its answer, up to `timeout`, while
+    /// a watchdog stops it if it eats the disk.
+    pub async fn exchange(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+        launch: &Launch,
+    ) -> Result<Value, Failure> {
+        let workspace = launch.workspace.clone();
+        let quota = launch.disk_quota_bytes;
+        let watchdog = async move {
+            let Some(start) = cem_sandbox::free_disk_bytes(&workspace) else {
+                return std::future::pending::<u64>().await;
+            };
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Some(now) = cem_sandbox::free_disk_bytes(&workspace) {
+                    let used = start.saturating_sub(now);
+                    if used > quota || now < DISK_FLOOR {
+                        return used;
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = self.exchange_inner(request, timeout) => return outcome,
+            used = watchdog => used,
+        };
+        self.kill().await;
+        Err(Failure::Disk {
+            used_mb: outcome >> 20,
+        })
+    }
+
+    async fn exchange_inner(
+        &mut self,
+        request: &Value,
+        timeout: Duration,
+    ) -> Result<Value, Failure> {
         let mut line = serde_json::to_vec(request).map_err(|e| Failure::Protocol(e.to_string()))?;
         line.push(b'\n');
         let work = async {
@@ -238,6 +284,7 @@ impl Interp {
             }
             Failure::Timeout => "the interpreter timed out during start-up".into(),
             Failure::Protocol(p) => p,
+            Failure::Disk { used_mb } => format!("used {used_mb} MB of disk during start-up"),
         }
     }
 }

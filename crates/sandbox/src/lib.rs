@@ -50,6 +50,12 @@ pub fn sandbox_owner() -> Option<(u32, u32)> {
     nix::unistd::geteuid().is_root().then_some((NOBODY, NOBODY))
 }
 
+/// Free bytes (for unprivileged users) on the file system holding `path`.
+pub fn free_disk_bytes(path: &Path) -> Option<u64> {
+    let st = nix::sys::statvfs::statvfs(path).ok()?;
+    Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+}
+
 /// A `Command` that runs `spec` in the sandbox: `exe` (normally
 /// `std::env::current_exe()`) re-executed as the launcher, with an empty
 /// environment. Stdin, stdout and stderr are the caller's to set.
