@@ -50,7 +50,12 @@ impl AppState {
             source,
         })?;
         let workspace =
-            Workspace::open(&data_dir.join("workspace"), config.workspace.max_file_bytes)?;
+            Workspace::open_owned(
+                &data_dir.join("workspace"),
+                config.workspace.max_file_bytes,
+                // Sandboxed code must be able to write what the tools write.
+                cem_sandbox::sandbox_owner(),
+            )?;
         let engine = Engine::new(EngineOptions {
             data_dir: data_dir.to_path_buf(),
             workspace: workspace.root().to_path_buf(),
