@@ -47,7 +47,22 @@ pub const NOBODY: u32 = 65534;
 /// workspace must belong to it. `None` when we are not root (the sandbox
 /// then runs as our own unprivileged uid).
 pub fn sandbox_owner() -> Option<(u32, u32)> {
-    nix::unistd::geteuid().is_root().then_some((NOBODY, NOBODY))
+    (nix::unistd::geteuid().is_root() && nobody_is_mapped()).then_some((NOBODY, NOBODY))
+}
+
+/// Whether uid 65534 exists in our user namespace (it may not when we are
+/// "root" inside someone else's namespace; the sandbox cannot start then).
+fn nobody_is_mapped() -> bool {
+    let Ok(map) = std::fs::read_to_string("/proc/self/uid_map") else {
+        return true;
+    };
+    map.lines().any(|line| {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        f.len() == 3 && (f[0]..f[0] + f[2]).contains(&u64::from(NOBODY))
+    })
 }
 
 /// Free bytes (for unprivileged users) on the file system holding `path`.

@@ -49,13 +49,12 @@ impl AppState {
             path: data_dir.to_path_buf(),
             source,
         })?;
-        let workspace =
-            Workspace::open_owned(
-                &data_dir.join("workspace"),
-                config.workspace.max_file_bytes,
-                // Sandboxed code must be able to write what the tools write.
-                cem_sandbox::sandbox_owner(),
-            )?;
+        let workspace = Workspace::open_owned(
+            &data_dir.join("workspace"),
+            config.workspace.max_file_bytes,
+            // Sandboxed code must be able to write what the tools write.
+            cem_sandbox::sandbox_owner(),
+        )?;
         let engine = Engine::new(EngineOptions {
             data_dir: data_dir.to_path_buf(),
             workspace: workspace.root().to_path_buf(),
