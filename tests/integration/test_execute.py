@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -260,3 +261,68 @@ def test_a_host_that_cannot_isolate_refuses_unless_allowed(data_dir: Path, tmp_p
                               "--log-level", "error", "exec", "result = 1"], capture_output=True, text=True, timeout=60)
     body = json.loads(allowed.stdout)
     assert body["result"] == 1 and "WITHOUT a sandbox" in body["warning"]
+
+
+def make_config(tmp_path: Path, **sandbox) -> Path:
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"sandbox": sandbox}))
+    return config
+
+
+def params_with(data_dir: Path, config: Path):
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    return params
+
+
+async def test_idle_sessions_end(data_dir: Path, tmp_path: Path):
+    async with Client(params_with(data_dir, make_config(tmp_path, session_idle_seconds=1))) as client:
+        await run(client, "kept = 1", session_id="idle")
+        await anyio.sleep(3.5)
+        stats = (await client.call_tool("get_execution_stats", {})).structured_content
+        assert stats["sandbox"]["sessions"] == 0
+        body = await run(client, "result = 'kept' in globals()", session_id="idle")
+        assert body["result"] is False
+
+
+async def test_the_pool_fills_to_its_configured_size(data_dir: Path, tmp_path: Path):
+    async with Client(params_with(data_dir, make_config(tmp_path, pool_size=3))) as client:
+        await run(client, "result = 1")
+        for _ in range(100):
+            stats = (await client.call_tool("get_execution_stats", {})).structured_content
+            if stats["sandbox"]["pool_ready"] == 3:
+                break
+            await anyio.sleep(0.1)
+        assert stats["sandbox"]["pool_ready"] == 3
+
+
+async def test_a_timeout_kills_the_whole_process_tree(data_dir: Path):
+    marker = "4242.5"
+    async with Client(stdio_params(data_dir)) as client:
+        code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nsubprocess.Popen(['sh', '-c', 'sleep {marker}'])\nwhile True: pass"
+        body = await run(client, code, timeout_seconds=2)
+        assert "TimeoutError" in body["error"]
+        await anyio.sleep(0.5)
+        left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+        assert left.stdout.strip() == "", f"processes survived the timeout: {left.stdout}"
+
+
+async def test_a_virtualenv_interpreter_brings_its_packages(data_dir: Path, tmp_path: Path):
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "cem_venv_probe.py").write_text("ANSWER = 'from the venv'\n")
+    config = make_config(tmp_path, python=str(venv / "bin" / "python"))
+    async with Client(params_with(data_dir, config)) as client:
+        body = await run(client, "import sys, cem_venv_probe\nresult = [cem_venv_probe.ANSWER, sys.prefix]")
+        assert body["result"] == ["from the venv", str(venv)]
+
+
+async def test_an_interpreter_outside_the_debian_layout(data_dir: Path, tmp_path: Path):
+    candidates = sorted(Path("/root/.pyenv/versions").glob("3.*/bin/python3")) if os.access("/root", os.X_OK) else []
+    if not candidates:
+        pytest.skip("no interpreter outside /usr on this machine")
+    config = make_config(tmp_path, python=str(candidates[0]))
+    async with Client(params_with(data_dir, config)) as client:
+        body = await run(client, "import sys, sqlite3, ssl\nresult = sys.prefix")
+        assert body["result"].startswith("/root/.pyenv/versions/")

@@ -97,10 +97,13 @@ impl Engine {
                 engine.fill_pool().await;
             }
         });
+        // Check often enough that a session ends close to its idle limit.
+        let every =
+            Duration::from_secs((self.options.sandbox.session_idle_seconds / 2).clamp(1, 15));
         let engine = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Duration::from_secs(15)).await;
+                tokio::time::sleep(every).await;
                 let Some(engine) = engine.upgrade() else {
                     return;
                 };

@@ -104,7 +104,14 @@ impl Interp {
             });
             let spec = Spec {
                 program: launch.layout.executable.clone(),
-                argv: vec!["python3".into(), "-I".into(), "-B".into(), runtime],
+                // argv[0] must be the path itself: Python finds its prefix
+                // (and a virtualenv's pyvenv.cfg) from it.
+                argv: vec![
+                    launch.layout.executable.display().to_string(),
+                    "-I".into(),
+                    "-B".into(),
+                    runtime,
+                ],
                 env,
                 ro_binds: binds,
                 symlinks: launch.layout.symlinks.clone(),

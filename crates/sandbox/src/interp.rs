@@ -75,7 +75,9 @@ pub fn resolve_interpreter(
     network: bool,
 ) -> Result<InterpreterLayout, InterpreterError> {
     let out = Command::new(python)
-        .args(["-I", "-S", "-c", PROBE])
+        // Not -S: in Python 3.11 it is `site` that applies a virtualenv's
+        // pyvenv.cfg to sys.prefix, and site-packages must be bound too.
+        .args(["-I", "-c", PROBE])
         .env_clear()
         .stdin(Stdio::null())
         .output()
@@ -147,6 +149,12 @@ pub fn resolve_interpreter(
         .unwrap_or_else(|| python.to_path_buf());
     // The executable as configured (a venv's bin/python is a symlink) and
     // what it points to must both resolve inside.
+    // A virtualenv: <root>/bin/python with <root>/pyvenv.cfg.
+    if let Some(root) = python.parent().and_then(Path::parent)
+        && root.join("pyvenv.cfg").is_file()
+    {
+        extra.insert(root.to_path_buf());
+    }
     for exe in [python.to_path_buf(), executable.clone()] {
         if let Some(parent) = exe.parent() {
             extra.insert(parent.to_path_buf());

@@ -181,6 +181,12 @@ pub fn build_root(
         }
         symlink(target, &at).step(format!("symlink {}", link.display()))?;
     }
+    // The private /tmp first: an interpreter or virtualenv that lives under
+    // the host's /tmp is bound on top of it, not hidden beneath it.
+    tmpfs(
+        &root.join("tmp"),
+        &format!("mode=1777,size={}m", spec.limits.tmp_mb.max(1)),
+    )?;
     for source in &sources {
         bind(root, source)?;
     }
@@ -210,7 +216,6 @@ pub fn build_root(
     }
 
     let tmp_opts = format!("mode=1777,size={}m", spec.limits.tmp_mb.max(1));
-    tmpfs(&root.join("tmp"), &tmp_opts)?;
     mkdir(&root.join("dev/shm"), 0o755)?;
     tmpfs(&root.join("dev/shm"), &tmp_opts)?;
     for (name, target) in [

@@ -1,0 +1,160 @@
+"""Latency benchmarks of execute_code, each against a yardstick measured in the same run.
+
+1. Round trip of trivial code through the server over stdio (JSON-RPC lines,
+   no SDK in the way): warm pool against no pool, paced like an agent (a
+   pause between calls, so the pool can refill) and back to back. Yardstick:
+   starting `/usr/bin/python3 -I -S -c pass`.
+2. Data processing: filtering a 1,000,000-row list of dicts inside the
+   sandbox against the same code in bare CPython (timed inside the code, so
+   only the work is compared).
+
+Prints a JSON report; scripts/bench writes it into BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.argv[1] if len(sys.argv) > 1 else "target/release/code-execution-mcp").resolve()
+ROUNDS = int(os.environ.get("CEM_BENCH_ROUNDS", "200"))
+PAUSE = float(os.environ.get("CEM_BENCH_PAUSE", "0.15"))
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    k = (len(values) - 1) * p
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def summary(ms: list[float]) -> dict:
+    return {"p50_ms": round(pct(ms, 0.5), 2), "p99_ms": round(pct(ms, 0.99), 2), "n": len(ms)}
+
+
+class StdioServer:
+    def __init__(self, data_dir: Path, pool_size: int):
+        config = data_dir / "cfg.json"
+        config.write_text(json.dumps({"sandbox": {"pool_size": pool_size}}))
+        self.proc = subprocess.Popen(
+            [str(BIN), "--config", str(config), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self.next_id = 0
+        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "1"}})
+        self.notify("notifications/initialized")
+
+    def notify(self, method: str) -> None:
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": method}) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict) -> dict:
+        self.next_id += 1
+        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}) + "\n")
+        self.proc.stdin.flush()
+        while True:
+            msg = json.loads(self.proc.stdout.readline())
+            if msg.get("id") == self.next_id:
+                return msg
+
+    def execute(self, code: str, **extra) -> dict:
+        msg = self.request("tools/call", {"name": "execute_code", "arguments": {"code": code, **extra}})
+        return msg["result"]["structuredContent"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def round_trips(pool_size: int, pause: float) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = StdioServer(Path(tmp), pool_size)
+        try:
+            server.execute("result = 0")  # probe the host, fill the pool
+            time.sleep(1.0)
+            times = []
+            for _ in range(ROUNDS):
+                t0 = time.perf_counter()
+                body = server.execute("result = 1 + 1")
+                times.append((time.perf_counter() - t0) * 1000)
+                assert body["result"] == 2, body
+                if pause:
+                    time.sleep(pause)
+            return times
+        finally:
+            server.close()
+
+
+def yardstick() -> list[float]:
+    times = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", "pass"], check=True)
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+FILTER = """
+import time
+rows = [{"id": i, "group": i % 7, "value": (i * 7919) % 1000} for i in range(1_000_000)]
+t0 = time.perf_counter()
+kept = [r for r in rows if r["group"] == 3 and r["value"] > 500]
+elapsed = time.perf_counter() - t0
+result = {"kept": len(kept), "seconds": elapsed}
+"""
+
+
+def data_processing(runs: int = 7) -> dict:
+    sandboxed, bare = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        server = StdioServer(Path(tmp), 1)
+        try:
+            for _ in range(runs):
+                body = server.execute(FILTER, memory_mb=2048, timeout_seconds=120)
+                sandboxed.append(body["result"]["seconds"] * 1000)
+                out = subprocess.run(["/usr/bin/python3", "-I", "-c", FILTER + "\nimport json; print(json.dumps(result))"],
+                                     capture_output=True, text=True, check=True)
+                bare.append(json.loads(out.stdout)["seconds"] * 1000)
+                time.sleep(0.3)
+        finally:
+            server.close()
+    s, b = statistics.median(sandboxed), statistics.median(bare)
+    return {"sandboxed_median_ms": round(s, 1), "bare_median_ms": round(b, 1), "ratio": round(s / b, 3), "runs": runs}
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+            "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+
+
+def main() -> None:
+    report = {"machine": machine(), "rounds": ROUNDS, "pause_s": PAUSE}
+    report["yardstick_python_startup"] = summary(yardstick())
+    report["warm_pool_paced"] = summary(round_trips(pool_size=2, pause=PAUSE))
+    report["no_pool_paced"] = summary(round_trips(pool_size=0, pause=PAUSE))
+    report["warm_pool_back_to_back"] = summary(round_trips(pool_size=2, pause=0))
+    y = report["yardstick_python_startup"]["p50_ms"]
+    report["warm_p50_over_yardstick_p50"] = round(report["warm_pool_paced"]["p50_ms"] / y, 3)
+    report["no_pool_p50_over_yardstick_p50"] = round(report["no_pool_paced"]["p50_ms"] / y, 3)
+    report["data_processing_1m_rows"] = data_processing()
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
