@@ -261,6 +261,13 @@ def test_a_host_that_cannot_isolate_refuses_unless_allowed(data_dir: Path, tmp_p
                               "--log-level", "error", "exec", "result = 1"], capture_output=True, text=True, timeout=60)
     body = json.loads(allowed.stdout)
     assert body["result"] == 1 and "WITHOUT a sandbox" in body["warning"]
+    doctor = subprocess.run([*wrapper, str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "doctor"],
+                            capture_output=True, text=True, timeout=60)
+    assert doctor.returncode == 1 and "FAIL  namespaces" in doctor.stdout
+    assert "execute_code will refuse to run code" in doctor.stdout
+    loud = subprocess.run([*wrapper, str(BIN), "--config", str(config), "--data-dir", str(data_dir),
+                           "--log-level", "error", "doctor"], capture_output=True, text=True, timeout=60)
+    assert "UNSANDBOXED" in loud.stdout
 
 
 def make_config(tmp_path: Path, **sandbox) -> Path:

@@ -78,7 +78,8 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| cem_config::SandboxConfig::default().python);
     checks.push(python_check(&python));
 
-    checks.extend(sandbox_checks(&python));
+    let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
+    checks.extend(sandbox_checks(&python, allow_unsandboxed));
 
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if args.json {
@@ -188,7 +189,7 @@ fn python_check(python: &Path) -> Check {
 }
 
 /// Starts a real sandboxed interpreter and reports each layer.
-fn sandbox_checks(python: &Path) -> Vec<Check> {
+fn sandbox_checks(python: &Path, allow_unsandboxed: bool) -> Vec<Check> {
     let layout = match cem_sandbox::resolve_interpreter(python, false) {
         Ok(layout) => layout,
         Err(e) => {
@@ -211,6 +212,24 @@ fn sandbox_checks(python: &Path) -> Vec<Check> {
     };
     let report = cem_sandbox::probe(&exe, &layout, &tmp);
     let _ = std::fs::remove_dir_all(&tmp);
+    let verdict = match (report.isolated, allow_unsandboxed) {
+        (true, _) => None,
+        (false, true) => Some(Check {
+            name: "execution",
+            status: Status::Warn,
+            detail: "UNSANDBOXED: execute_code will run code WITHOUT OS isolation, because \
+                     sandbox.allow_unsandboxed is true"
+                .into(),
+        }),
+        (false, false) => Some(Check {
+            name: "execution",
+            status: Status::Fail,
+            detail:
+                "execute_code will refuse to run code until the failing layers above are fixed \
+                     (or sandbox.allow_unsandboxed is set, at your own risk)"
+                    .into(),
+        }),
+    };
     report
         .layers
         .into_iter()
@@ -224,6 +243,7 @@ fn sandbox_checks(python: &Path) -> Vec<Check> {
             },
             detail: l.detail,
         })
+        .chain(verdict)
         .collect()
 }
 
