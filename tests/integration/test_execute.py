@@ -45,18 +45,26 @@ rows = [{"team": "a", "score": 3}, {"team": "b", "score": 5}, {"team": "a", "sco
 result = {
     "filtered": filter_by_field(rows, "team", "a"),
     "summary": summarize_list(list(range(10)), 3),
+    "default_sample": len(summarize_list(list(range(50)))["sample"]),
     "stats": aggregate_stats(rows, "score"),
+    "auto": aggregate_stats([{"a": 1, "b": 2.5, "c": "x"}, {"a": 3, "b": 0.5, "c": "y"}]),
+    "cut": format_output(list(range(1000)), 20),
     "modules": [m.__name__ for m in (json, re, math, statistics, collections)],
     "dates": [datetime(2024, 1, 2).isoformat(), str(date(2024, 1, 2) + timedelta(days=1))],
     "formatted": format_output({"a": 1}),
-    "table": format_output([{"x": 1, "y": "b"}], "table"),
+    "table": format_output([{"x": 1, "y": "b"}], format="table"),
+    "workspace": workspace,
 }
 """
     async with Client(stdio_params(data_dir)) as client:
         r = (await run(client, code))["result"]
         assert r["filtered"] == [{"team": "a", "score": 3}, {"team": "a", "score": 7}]
         assert r["summary"] == {"count": 10, "sample": [0, 1, 2]}
-        assert r["stats"]["score_sum"] == 15 and r["stats"]["score_avg"] == 5
+        assert r["default_sample"] == 10
+        assert r["stats"]["count"] == 4 and r["stats"]["score_sum"] == 15 and r["stats"]["score_avg"] == 5
+        assert r["auto"] == {"count": 2, "a_sum": 4, "a_avg": 2, "a_min": 1, "a_max": 3,
+                             "b_sum": 3.0, "b_avg": 1.5, "b_min": 0.5, "b_max": 2.5}
+        assert len(r["cut"]) == 20 and r["workspace"] == "/workspace"
         assert r["stats"]["score_min"] == 3 and r["stats"]["score_max"] == 7
         assert r["modules"] == ["json", "re", "math", "statistics", "collections"]
         assert r["dates"] == ["2024-01-02T00:00:00", "2024-01-03"]
@@ -71,8 +79,11 @@ async def test_workspace_helpers_share_files_with_the_workspace_tools(data_dir: 
 data = json.loads(read_file("in/data.json"))
 write_file("out/sum.txt", str(sum(data)))
 write_file("out/obj.json", {"k": "v"})
-result = {"files": list_files(), "deleted": delete_file("in/data.json"), "after": list_files("out")}
+result = {"files": list_files(), "deleted": delete_file("in/data.json"), "after": list_files("out"),
+          "written": write_file("x.txt", "abc")}
 """)
+        assert body["result"]["deleted"] == "Deleted in/data.json"
+        assert body["result"]["written"] == "Written 3 bytes to x.txt"
         assert body["result"]["files"] == ["in/data.json", "out/obj.json", "out/sum.txt"]
         assert body["result"]["after"] == ["out/obj.json", "out/sum.txt"]
         read = await client.call_tool("read_workspace_file", {"filename": "out/sum.txt"})

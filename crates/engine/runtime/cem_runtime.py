@@ -118,11 +118,11 @@ def write_file(path, content):
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(content)
     os.replace(tmp, full)
-    return {"success": True, "filename": os.path.relpath(full, WORKSPACE), "size": len(content.encode())}
+    return f"Written {len(content)} bytes to {path}"
 
 
-def list_files(subpath=""):
-    """List workspace files (relative paths), recursively."""
+def list_files(subpath="."):
+    """Workspace files under `subpath` (relative paths), recursively."""
     base = _ws_path(subpath)
     out = []
     for root, dirs, files in os.walk(base):
@@ -135,7 +135,7 @@ def list_files(subpath=""):
 def delete_file(path):
     """Delete a workspace file."""
     os.remove(_ws_path(path))
-    return True
+    return f"Deleted {path}"
 
 
 def filter_by_field(data, field, value):
@@ -143,41 +143,55 @@ def filter_by_field(data, field, value):
     return [item for item in data if isinstance(item, dict) and item.get(field) == value]
 
 
-def summarize_list(data, limit=5):
+def summarize_list(data, limit=10):
     """{"count": len(data), "sample": the first `limit` items}."""
     data = list(data)
     return {"count": len(data), "sample": data[:limit]}
 
 
-def aggregate_stats(data, field):
-    """Sum, average, min and max of a numeric field: {"<field>_sum", "<field>_avg", ...}."""
-    values = [
-        item.get(field)
-        for item in data
-        if isinstance(item, dict) and isinstance(item.get(field), (int, float)) and not isinstance(item.get(field), bool)
-    ]
-    if not values:
-        return {f"{field}_count": 0, f"{field}_sum": 0, f"{field}_avg": None, f"{field}_min": None, f"{field}_max": None}
-    return {
-        f"{field}_count": len(values),
-        f"{field}_sum": sum(values),
-        f"{field}_avg": sum(values) / len(values),
-        f"{field}_min": min(values),
-        f"{field}_max": max(values),
-    }
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def format_output(data, format="json"):
-    """Render data as "json" (indented), "table" (list of dicts) or "text"."""
+def aggregate_stats(data, numeric_fields=None):
+    """{"count", "<field>_sum", "<field>_avg", "<field>_min", "<field>_max"} for numeric fields.
+
+    `numeric_fields` is a field name, a list of them, or None to use every
+    numeric field of the first item. Values that are missing or not numbers
+    are left out of that field's figures.
+    """
+    data = list(data)
+    result = {"count": len(data)}
+    if not data:
+        return result
+    if numeric_fields is None:
+        first = data[0] if isinstance(data[0], dict) else {}
+        numeric_fields = [k for k, v in first.items() if _is_number(v)]
+    elif isinstance(numeric_fields, str):
+        numeric_fields = [numeric_fields]
+    for field in numeric_fields:
+        values = [d.get(field) for d in data if isinstance(d, dict) and _is_number(d.get(field))]
+        if values:
+            result[f"{field}_sum"] = sum(values)
+            result[f"{field}_avg"] = sum(values) / len(values)
+            result[f"{field}_min"] = min(values)
+            result[f"{field}_max"] = max(values)
+    return result
+
+
+def format_output(data, max_chars=5000, format="json"):
+    """Data as indented JSON (or "table" for a list of dicts, or "text"), cut to `max_chars`."""
     if format == "table" and isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
         columns = list(dict.fromkeys(k for row in data for k in row))
         rows = [[str(row.get(c, "")) for c in columns] for row in data]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
         line = lambda cells: " | ".join(cell.ljust(w) for cell, w in zip(cells, widths))
-        return "\n".join([line(columns), "-+-".join("-" * w for w in widths), *(line(r) for r in rows)])
-    if format == "text":
-        return str(data)
-    return json.dumps(data, indent=2, default=str)
+        text = "\n".join([line(columns), "-+-".join("-" * w for w in widths), *(line(r) for r in rows)])
+    elif format == "text":
+        text = str(data)
+    else:
+        text = json.dumps(data, indent=2, default=str)
+    return text[:max_chars]
 
 
 def _namespace():
@@ -193,6 +207,7 @@ def _namespace():
         "date": _datetime_module.date,
         "timedelta": _datetime_module.timedelta,
         "asyncio": asyncio,
+        "workspace": WORKSPACE,
         "read_file": read_file,
         "write_file": write_file,
         "list_files": list_files,
