@@ -1,0 +1,253 @@
+//! The search index: BM25 over weighted fields, plus fuzzy name words.
+
+use std::collections::HashMap;
+
+use crate::entry::Entry;
+use crate::text::{edit_distance, terms};
+
+/// Field weights: a word in a tool's name says far more than one in its
+/// description.
+const NAME_WEIGHT: f32 = 3.0;
+const CATEGORY_WEIGHT: f32 = 1.0;
+const KEYWORD_WEIGHT: f32 = 1.0;
+const DESCRIPTION_WEIGHT: f32 = 1.0;
+const PARAM_WEIGHT: f32 = 0.5;
+/// A fuzzy (misspelt) match counts this much of an exact one.
+const FUZZY_FACTOR: f32 = 0.6;
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+/// A search result: the entry's index and its score.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hit {
+    pub index: usize,
+    pub score: f32,
+}
+
+/// Entries and their inverted index.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    entries: Vec<Entry>,
+    /// term -> (entry, weighted term frequency)
+    postings: HashMap<String, Vec<(u32, f32)>>,
+    /// Terms that occur in names, for fuzzy matching.
+    name_terms: Vec<String>,
+    lengths: Vec<f32>,
+    avg_length: f32,
+}
+
+impl Catalog {
+    pub fn new(entries: Vec<Entry>) -> Self {
+        let mut postings: HashMap<String, HashMap<u32, f32>> = HashMap::new();
+        let mut lengths = Vec::with_capacity(entries.len());
+        let mut name_terms: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let id = i as u32;
+            let mut length = 0.0;
+            let mut add =
+                |text: &str, weight: f32, postings: &mut HashMap<String, HashMap<u32, f32>>| {
+                    for term in terms(text) {
+                        *postings.entry(term).or_default().entry(id).or_insert(0.0) += weight;
+                        length += weight;
+                    }
+                };
+            add(&entry.name, NAME_WEIGHT, &mut postings);
+            add(&entry.category, CATEGORY_WEIGHT, &mut postings);
+            add(&entry.description, DESCRIPTION_WEIGHT, &mut postings);
+            for keyword in &entry.keywords {
+                add(keyword, KEYWORD_WEIGHT, &mut postings);
+            }
+            if let Some(props) = entry
+                .input_schema
+                .as_ref()
+                .and_then(|s| s.get("properties"))
+                .and_then(|p| p.as_object())
+            {
+                for name in props.keys() {
+                    add(name, PARAM_WEIGHT, &mut postings);
+                }
+            }
+            name_terms.extend(terms(&entry.name));
+            lengths.push(length);
+        }
+        let avg_length = if lengths.is_empty() {
+            1.0
+        } else {
+            lengths.iter().sum::<f32>() / lengths.len() as f32
+        };
+        Catalog {
+            entries,
+            postings: postings
+                .into_iter()
+                .map(|(t, docs)| {
+                    let mut v: Vec<(u32, f32)> = docs.into_iter().collect();
+                    v.sort_by_key(|(d, _)| *d);
+                    (t, v)
+                })
+                .collect(),
+            name_terms: name_terms.into_iter().collect(),
+            lengths,
+            avg_length: avg_length.max(1.0),
+        }
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The best `limit` entries for `query`, optionally within one
+    /// category, best first. An empty query lists the category in order.
+    pub fn search(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<Hit> {
+        let in_category =
+            |i: usize| category.is_none_or(|c| self.entries[i].category.eq_ignore_ascii_case(c));
+        let query_terms = terms(query);
+        if query_terms.is_empty() {
+            return (0..self.entries.len())
+                .filter(|i| in_category(*i))
+                .take(limit)
+                .map(|index| Hit { index, score: 0.0 })
+                .collect();
+        }
+        let mut scores: HashMap<u32, f32> = HashMap::new();
+        let n = self.entries.len() as f32;
+        for term in &query_terms {
+            let mut matched: Vec<(&str, f32)> = Vec::new();
+            if self.postings.contains_key(term) {
+                matched.push((term.as_str(), 1.0));
+            }
+            // Misspelt name words ("comit") still find their tool.
+            if term.len() >= 4 {
+                let max = if term.len() >= 8 { 2 } else { 1 };
+                for candidate in &self.name_terms {
+                    if candidate != term
+                        && candidate.len().abs_diff(term.len()) <= max
+                        && edit_distance(term, candidate, max) <= max
+                    {
+                        matched.push((candidate.as_str(), FUZZY_FACTOR));
+                    }
+                }
+            }
+            for (t, factor) in matched {
+                let Some(docs) = self.postings.get(t) else {
+                    continue;
+                };
+                let df = docs.len() as f32;
+                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                for (doc, tf) in docs {
+                    let len = self.lengths[*doc as usize];
+                    let norm = tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / self.avg_length));
+                    *scores.entry(*doc).or_insert(0.0) += factor * idf * norm;
+                }
+            }
+        }
+        let mut hits: Vec<Hit> = scores
+            .into_iter()
+            .filter(|(doc, _)| in_category(*doc as usize))
+            .map(|(doc, score)| Hit {
+                index: doc as usize,
+                score,
+            })
+            .collect();
+        hits.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
+        });
+        hits.truncate(limit);
+        hits
+    }
+
+    /// Finds an entry by `name`, `category.name` or `category__name`, with
+    /// `category` narrowing (case-insensitive, `-` and `_` alike).
+    pub fn find(&self, name: &str, category: Option<&str>) -> Vec<&Entry> {
+        let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+        let (cat, tool) = match (
+            category,
+            name.split_once("__").or_else(|| name.split_once('.')),
+        ) {
+            (Some(c), _) => (Some(c.to_string()), name.to_string()),
+            (None, Some((c, t))) if self.entries.iter().any(|e| norm(&e.category) == norm(c)) => {
+                (Some(c.to_string()), t.to_string())
+            }
+            _ => (None, name.to_string()),
+        };
+        self.entries
+            .iter()
+            .filter(|e| norm(&e.name) == norm(&tool))
+            .filter(|e| cat.as_deref().is_none_or(|c| norm(&e.category) == norm(c)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EntryKind;
+
+    fn entry(category: &str, name: &str, description: &str) -> Entry {
+        Entry {
+            kind: EntryKind::Upstream,
+            category: category.into(),
+            name: name.into(),
+            description: description.into(),
+            input_schema: None,
+            output_schema: None,
+            keywords: vec![],
+            mcp_server: None,
+        }
+    }
+
+    fn catalog() -> Catalog {
+        Catalog::new(vec![
+            entry("git", "git_log", "Shows the commit logs"),
+            entry("git", "git_commit", "Records changes to the repository"),
+            entry("everything", "get-sum", "Returns the sum of two numbers"),
+            entry("everything", "getTinyImage", "Returns a small image"),
+            entry(
+                "fs",
+                "read_text_file",
+                "Read the complete contents of a file as text",
+            ),
+        ])
+    }
+
+    fn top(c: &Catalog, q: &str) -> String {
+        c.search(q, None, 1)
+            .first()
+            .map(|h| c.entries()[h.index].name.clone())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn names_rank_first_and_words_are_split() {
+        let c = catalog();
+        assert_eq!(top(&c, "git log"), "git_log");
+        assert_eq!(top(&c, "commit history logs"), "git_log");
+        assert_eq!(top(&c, "tiny image"), "getTinyImage");
+        assert_eq!(top(&c, "add two numbers sum"), "get-sum");
+    }
+
+    #[test]
+    fn misspelt_names_still_match() {
+        assert_eq!(top(&catalog(), "comit"), "git_commit");
+    }
+
+    #[test]
+    fn category_filter_and_lookup() {
+        let c = catalog();
+        assert!(c.search("file", Some("git"), 5).is_empty());
+        assert_eq!(c.find("git.git_log", None).len(), 1);
+        assert_eq!(c.find("git__git_log", None).len(), 1);
+        assert_eq!(c.find("get_sum", Some("everything")).len(), 1);
+        assert!(c.find("git_log", Some("fs")).is_empty());
+    }
+}

@@ -1,0 +1,164 @@
+//! Turning names and descriptions into search terms.
+
+/// Words too common to help ranking.
+const STOP: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it",
+    "its", "of", "on", "or", "that", "the", "this", "to", "with", "you", "your", "i", "me", "my",
+    "we", "can", "will", "which",
+];
+
+/// Splits text into lowercase words: on anything not a letter or digit,
+/// and inside camelCase and letter/digit boundaries (`getTinyImage` →
+/// get, tiny, image; `git_log` → git, log).
+pub fn split_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut prev: Option<char> = None;
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            flush(&mut current, &mut words);
+            prev = None;
+            continue;
+        }
+        if let Some(p) = prev {
+            let camel = p.is_lowercase() && c.is_uppercase();
+            let digit_edge = p.is_ascii_digit() != c.is_ascii_digit();
+            if camel || digit_edge {
+                flush(&mut current, &mut words);
+            }
+        }
+        current.extend(c.to_lowercase());
+        prev = Some(c);
+    }
+    flush(&mut current, &mut words);
+    words
+}
+
+fn flush(current: &mut String, words: &mut Vec<String>) {
+    if !current.is_empty() {
+        words.push(std::mem::take(current));
+    }
+}
+
+/// Search terms of `text`: split, stop words dropped, stemmed.
+pub fn terms(text: &str) -> Vec<String> {
+    split_words(text)
+        .into_iter()
+        .filter(|w| !STOP.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .collect()
+}
+
+/// A light English stemmer: enough that "commits", "committed" and
+/// "committing" meet "commit", without the surprises of a full one.
+pub fn stem(word: &str) -> String {
+    let w = word;
+    let n = w.len();
+    if n <= 3 || !w.is_ascii() {
+        return w.to_string();
+    }
+    let strip = |suffix: &str, keep: usize| -> Option<String> {
+        w.strip_suffix(suffix)
+            .filter(|base| base.len() >= keep)
+            .map(str::to_string)
+    };
+    let base = strip("ies", 3)
+        .map(|b| b + "y")
+        .or_else(|| strip("sses", 2).map(|b| b + "ss"))
+        .or_else(|| strip("ing", 3))
+        .or_else(|| strip("ed", 3))
+        .or_else(|| {
+            if w.ends_with("ss") || w.ends_with("us") {
+                None
+            } else {
+                strip("es", 3).filter(|b| {
+                    b.ends_with(['s', 'x', 'z']) || b.ends_with("ch") || b.ends_with("sh")
+                })
+            }
+        })
+        .or_else(|| {
+            if w.ends_with("ss") || w.ends_with("us") || w.ends_with("is") {
+                None
+            } else {
+                strip("s", 3)
+            }
+        })
+        .unwrap_or_else(|| w.to_string());
+    // "committ" (from committing/committed) -> "commit"
+    let bytes = base.as_bytes();
+    let len = bytes.len();
+    if len >= 4 && bytes[len - 1] == bytes[len - 2] && !matches!(bytes[len - 1], b'l' | b's' | b'z')
+    {
+        base[..len - 1].to_string()
+    } else {
+        base
+    }
+}
+
+/// Levenshtein distance, giving up (returning `max + 1`) past `max`.
+pub fn edit_distance(a: &str, b: &str, max: usize) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a.len().abs_diff(b.len()) > max {
+        return max + 1;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        let mut row_min = cur[0];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+            row_min = row_min.min(cur[j + 1]);
+        }
+        if row_min > max {
+            return max + 1;
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_snake_kebab_dots_and_camel_case() {
+        assert_eq!(split_words("git_log"), ["git", "log"]);
+        assert_eq!(split_words("get-sum"), ["get", "sum"]);
+        assert_eq!(
+            split_words("filesystem.read_text_file"),
+            ["filesystem", "read", "text", "file"]
+        );
+        assert_eq!(split_words("getTinyImage"), ["get", "tiny", "image"]);
+        assert_eq!(split_words("HTTPServer2go"), ["httpserver", "2", "go"]);
+    }
+
+    #[test]
+    fn stems_common_endings() {
+        for (w, s) in [
+            ("commits", "commit"),
+            ("committed", "commit"),
+            ("committing", "commit"),
+            ("entities", "entity"),
+            ("files", "file"),
+            ("searches", "search"),
+            ("status", "status"),
+            ("process", "process"),
+            ("listing", "list"),
+            ("branches", "branch"),
+            ("time", "time"),
+            ("zones", "zone"),
+        ] {
+            assert_eq!(stem(w), s, "{w}");
+        }
+    }
+
+    #[test]
+    fn edit_distance_with_cutoff() {
+        assert_eq!(edit_distance("comit", "commit", 2), 1);
+        assert_eq!(edit_distance("kitten", "sitting", 3), 3);
+        assert_eq!(edit_distance("a", "abcdef", 2), 3);
+    }
+}
