@@ -13,13 +13,15 @@ import json
 import os
 import platform
 import socket
-import tempfile
+import subprocess
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client
 
-from conftest import stdio_params
+from conftest import BIN, stdio_params
 
 pytestmark = [
     pytest.mark.anyio,
@@ -121,6 +123,18 @@ ATTEMPTS = [
     ("module-load", "denied(313, 0, 0, 0, name='finit_module')"),
     ("userfaultfd", "denied(323, 0, name='userfaultfd')"),
     ("open-by-handle", "denied(304, 0, 0, 0, name='open_by_handle_at')"),
+    ("x32-abi-unshare", "denied(0x40000000 | 272, 0x10000000, name='x32 unshare(CLONE_NEWUSER)')"),
+    ("x32-abi-keyctl", "denied(0x40000000 | 250, 0, 0, 0, 0, 0, name='x32 keyctl')"),
+    ("socketpair-netlink", "denied(53, 16, 3, 0, 0, name='socketpair(AF_NETLINK)')"),
+    ("socketpair-vsock", "denied(53, 40, 1, 0, 0, name='socketpair(AF_VSOCK)')"),
+    ("modify-ldt", "denied(154, 1, 0, 0, name='modify_ldt')"),
+    ("kcmp", "denied(312, 1, 1, 0, 0, 0, name='kcmp')"),
+    ("uid-is-dedicated", 'verdict(os.getuid() not in (0, 65534), f"uid {os.getuid()}")'),
+    ("spec-not-in-cmdline", 'verdict("workspace" not in open("/proc/1/cmdline").read(), "spec in /proc/1/cmdline")'),
+    ("setuid-file-has-no-effect",
+     'import shutil, stat\nshutil.copy("/usr/bin/env", "suid_env")\nos.chmod("suid_env", 0o4755)\n'
+     'mnt = [l for l in open("/proc/self/mountinfo") if " /workspace " in l][0]\n'
+     'verdict("nosuid" in mnt and "nodev" in mnt, mnt.strip())'),
 ]
 
 
@@ -247,6 +261,62 @@ async def test_filling_the_workspace_is_stopped(data_dir: Path, tmp_path: Path):
         await still_serves(client)
     written = sum(f.stat().st_size for f in (data_dir / "workspace" / "fill").iterdir())
     assert written < 400 << 20, f"{written >> 20} MB written before the stop"
+
+
+async def test_an_inode_flood_is_stopped(data_dir: Path):
+    async with Client(stdio_params(data_dir)) as client:
+        code = "os = __import__('os')\nos.makedirs('many', exist_ok=True)\ni = 0\nwhile True:\n    open(f'many/{i}', 'w').close()\n    i += 1"
+        answer = await client.call_tool("execute_code", {"code": code, "timeout_seconds": 120})
+        assert answer.is_error and "disk" in answer.structured_content["error"], answer.structured_content
+        await still_serves(client)
+    made = len(os.listdir(data_dir / "workspace" / "many"))
+    assert made < 150_000, f"{made} files created before the stop"
+
+
+async def test_a_session_thread_that_fills_the_disk_after_returning_is_stopped(data_dir: Path, tmp_path: Path):
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    code = (
+        "import threading\n"
+        "def fill():\n    i = 0\n    while True:\n        write_file(f'bg/{i}.bin', 'x' * (4 << 20))\n        i += 1\n"
+        "threading.Thread(target=fill).start()\nresult = 'returned'"
+    )
+    async with Client(params) as client:
+        first = await client.call_tool("execute_code", {"code": code, "session_id": "filler"})
+        assert first.structured_content["result"] == "returned"
+        await anyio.sleep(3)
+        written = sum(f.stat().st_size for f in (data_dir / "workspace" / "bg").iterdir())
+        assert written < 400 << 20, f"{written >> 20} MB written after the call returned"
+        again = await client.call_tool("execute_code", {"code": "result = 'counter' in globals()", "session_id": "filler"})
+        assert again.structured_content["success"], again.structured_content
+
+
+def test_sandboxes_die_with_a_killed_server(data_dir: Path):
+    marker = "7777.25"
+    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    def send(msg):
+        proc.stdin.write(json.dumps(msg) + "\n")
+        proc.stdin.flush()
+    send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    proc.stdout.readline()
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    code = f"import subprocess, threading\nsubprocess.Popen(['sleep', '{marker}'])\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\nresult = 1"
+    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+          "params": {"name": "execute_code", "arguments": {"code": code, "session_id": "orphan"}}})
+    assert json.loads(proc.stdout.readline())["result"]["structuredContent"]["result"] == 1
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True).stdout.strip()
+        if not left:
+            break
+        time.sleep(0.2)
+    assert not left, "sandboxed processes outlived the server"
 
 
 async def test_a_huge_single_file_hits_the_file_size_limit(data_dir: Path):

@@ -16,7 +16,7 @@ from conftest import BIN, stdio_params
 
 pytestmark = pytest.mark.anyio
 
-WORKSPACE_TOOLS = ["execute_code", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats"]
+WORKSPACE_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats"]
 
 
 @pytest.fixture
@@ -187,8 +187,7 @@ async def test_minimal_tool_set(data_dir: Path):
     async with Client(stdio_params(data_dir, "--tools", "minimal")) as client:
         tools = await client.list_tools()
         names = {t.name for t in tools.tools}
-        # search_tools and get_tool_definition join when the catalog lands.
-        assert names == {"execute_code"}
+        assert names == {"execute_code", "search_tools", "get_tool_definition"}
         with pytest.raises(MCPError, match="unknown tool"):
             await client.call_tool("write_workspace_file", {"filename": "a", "content": "b"})
 

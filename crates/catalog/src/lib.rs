@@ -9,6 +9,7 @@
 
 mod entry;
 mod index;
+pub mod python;
 pub mod registry;
 mod text;
 

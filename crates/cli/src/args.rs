@@ -53,6 +53,40 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Run one Python snippet in the sandbox; prints execute_code's JSON answer.
     Exec(ExecArgs),
+    /// Write Python wrappers (and .pyi stubs) for every upstream tool.
+    Generate(GenerateArgs),
+    /// The tool catalog from the shell.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Directory that receives servers/ (default: the data directory).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Every tool, one line each.
+    List {
+        /// Only this server or category.
+        #[arg(long)]
+        server: Option<String>,
+    },
+    /// Ranked search, as search_tools does it.
+    Search {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: u64,
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// One tool's full definition (JSON).
+    Show { name: String },
+    /// Ask every upstream server for its tools again and update the cache.
+    Refresh,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ mod exec;
 mod logging;
 mod serve;
 mod setup;
+mod tools;
 
 use std::process::ExitCode;
 
@@ -18,13 +19,11 @@ fn main() -> ExitCode {
     // The sandbox launcher must run before anything can start a thread
     // (unshare refuses multi-threaded processes), so it is dispatched here,
     // ahead of argument parsing and logging.
-    let mut raw = std::env::args_os();
-    if raw.nth(1).is_some_and(|a| a == cem_sandbox::LAUNCHER_ARG) {
-        let spec = raw
-            .next()
-            .and_then(|s| s.into_string().ok())
-            .unwrap_or_default();
-        cem_sandbox::launcher_main(&spec);
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|a| a == cem_sandbox::LAUNCHER_ARG)
+    {
+        cem_sandbox::launcher_main();
     }
     let cli = Cli::parse();
     logging::init(&cli.log_level);
@@ -32,6 +31,8 @@ fn main() -> ExitCode {
         Command::Serve(serve) => serve::run(&cli, serve),
         Command::Doctor(doctor) => doctor::run(&cli, doctor),
         Command::Exec(exec) => exec::run(&cli, exec),
+        Command::Generate(args) => tools::generate(&cli, args),
+        Command::Tools(cmd) => tools::run(&cli, cmd),
     };
     match outcome {
         Ok(code) => code,

@@ -44,7 +44,9 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // Probe the sandbox and fill the warm pool in the background; the
         // first tools/list does not wait for it.
         state.engine.warm_up();
+        state.catalog.watch_changes();
         let engine = state.engine.clone();
+        let catalog = state.catalog.clone();
         match args.http {
             None => cem_server::serve_stdio(state, shutdown).await?,
             Some(addr) => {
@@ -68,6 +70,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
             }
         }
         engine.shutdown().await;
+        catalog.manager().shutdown().await;
         tracing::info!("shut down cleanly");
         anyhow::Ok(())
     })?;

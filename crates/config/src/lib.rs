@@ -19,7 +19,8 @@ mod secret;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, WorkspaceConfig,
+    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, UpstreamConfig,
+    WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use secret::Secret;

@@ -15,6 +15,27 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     pub pii: PiiConfig,
     pub workspace: WorkspaceConfig,
+    pub upstream: UpstreamConfig,
+    /// The seed's static registry directory (`tools_registry/`), if set.
+    pub tools_registry: Option<PathBuf>,
+}
+
+/// The `upstream` section: how upstream servers are called.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UpstreamConfig {
+    /// Per-call timeout (a server's `timeout_seconds` overrides it).
+    pub timeout_seconds: u64,
+    /// Time allowed to start a server and finish the MCP handshake.
+    pub connect_timeout_seconds: u64,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            timeout_seconds: 60,
+            connect_timeout_seconds: 30,
+        }
+    }
 }
 
 /// One entry of `mcpServers`.

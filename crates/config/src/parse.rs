@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::expand::expand;
 use crate::model::{
-    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, WorkspaceConfig,
+    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, UpstreamConfig,
+    WorkspaceConfig,
 };
 use crate::{ConfigError, Problem, Secret};
 
@@ -108,6 +109,11 @@ impl Cx<'_> {
                 "sandbox" => config.sandbox = self.sandbox(value),
                 "pii" => config.pii = self.pii(value),
                 "workspace" => config.workspace = self.workspace(value),
+                "upstream" => config.upstream = self.upstream(value),
+                "tools_registry" => {
+                    config.tools_registry =
+                        self.expanded("tools_registry", value).map(PathBuf::from)
+                }
                 other => self.warn(other, "unknown top-level key, ignored"),
             }
         }
@@ -455,6 +461,30 @@ impl Cx<'_> {
             }
         }
         p
+    }
+
+    fn upstream(&mut self, value: &Value) -> UpstreamConfig {
+        let mut u = UpstreamConfig::default();
+        let Some(obj) = self.object("upstream", value) else {
+            return u;
+        };
+        for (field, v) in obj {
+            let key = format!("upstream.{field}");
+            match field.as_str() {
+                "timeout_seconds" => {
+                    u.timeout_seconds = self
+                        .positive(&key, v, 1, 86_400, "seconds")
+                        .unwrap_or(u.timeout_seconds)
+                }
+                "connect_timeout_seconds" => {
+                    u.connect_timeout_seconds = self
+                        .positive(&key, v, 1, 3600, "seconds")
+                        .unwrap_or(u.connect_timeout_seconds)
+                }
+                _ => self.unknown(&key, &["timeout_seconds", "connect_timeout_seconds"]),
+            }
+        }
+        u
     }
 
     fn workspace(&mut self, value: &Value) -> WorkspaceConfig {

@@ -30,6 +30,16 @@ impl ExecAnswer {
     /// From the runtime's result message, re-capped on the host (the
     /// runtime runs agent code and cannot be trusted to have capped).
     pub fn from_runtime(msg: &Value, cap: usize) -> Self {
+        if msg.get("type").and_then(Value::as_str) != Some("result") {
+            return ExecAnswer::failed(
+                &Failure::Protocol(
+                    "the runtime answered with something that is not a result".into(),
+                ),
+                0,
+                0,
+                false,
+            );
+        }
         let text = |k: &str| msg.get(k).and_then(Value::as_str).map(str::to_string);
         let mut answer = ExecAnswer {
             success: msg.get("success").and_then(Value::as_bool).unwrap_or(false),
@@ -37,7 +47,7 @@ impl ExecAnswer {
             output: text("output").unwrap_or_default(),
             error: text("error").map(|e| cut(&e, cap)),
             traceback: text("traceback").map(|t| cut(&t, cap)),
-            note: text("note"),
+            note: text("note").map(|n| cut(&n, 1000)),
             ..Default::default()
         };
         // The runtime caps at `cap` and adds a note; only a runtime that

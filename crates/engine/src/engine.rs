@@ -396,6 +396,7 @@ impl Engine {
 /// Resolves the interpreter and decides how code can run here.
 fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     let cfg = &options.sandbox;
+    cem_sandbox::Cgroup::sweep_stale();
     let layout =
         cem_sandbox::resolve_interpreter(&cfg.python, cfg.network).map_err(|e| e.to_string())?;
     let runtime_dir = runtime::install(&options.data_dir).map_err(|e| {

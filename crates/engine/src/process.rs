@@ -38,6 +38,19 @@ pub struct Launch {
 
 /// The disk watchdog also stops an execution when free space falls this low.
 const DISK_FLOOR: u64 = 64 << 20;
+/// Files (inodes) one execution may create.
+const INODE_QUOTA: u64 = 100_000;
+/// ...and the free inodes it must leave.
+const INODE_FLOOR: u64 = 10_000;
+
+/// Watches disk use for the whole life of one interpreter (threads of a
+/// session keep running after a call returns). The baseline is reset at
+/// every call, so the quota applies per execution and its aftermath.
+struct DiskWatch {
+    baseline: Mutex<Option<(u64, u64)>>,
+    /// Megabytes used when the watchdog stopped the interpreter.
+    tripped: Mutex<Option<u64>>,
+}
 
 /// How an exchange with the interpreter went wrong.
 #[derive(Debug)]
@@ -60,6 +73,8 @@ pub enum Failure {
 /// A started interpreter that has said it is ready.
 pub struct Interp {
     child: Child,
+    watch: Arc<DiskWatch>,
+    watchdog: Option<tokio::task::JoinHandle<()>>,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     stderr: Arc<Mutex<String>>,
@@ -148,8 +163,22 @@ impl Interp {
         };
         let tail = Arc::new(Mutex::new(String::new()));
         tokio::spawn(drain_stderr(stderr, tail.clone()));
+        let watch = Arc::new(DiskWatch {
+            baseline: Mutex::new(None),
+            tripped: Mutex::new(None),
+        });
+        let watchdog = child.id().map(|pid| {
+            tokio::spawn(disk_watchdog(
+                watch.clone(),
+                launch.workspace.clone(),
+                launch.disk_quota_bytes,
+                pid,
+            ))
+        });
         let mut interp = Interp {
             child,
+            watch,
+            watchdog,
             stdin,
             stdout: BufReader::new(stdout),
             stderr: tail,
@@ -176,37 +205,21 @@ impl Interp {
     }
 
     /// Sends one request and waits for its answer, up to `timeout`, while
-    /// a watchdog stops it if it eats the disk.
+    /// the watchdog stops it if it eats the disk.
     pub async fn exchange(
         &mut self,
         request: &Value,
         timeout: Duration,
         launch: &Launch,
     ) -> Result<Value, Failure> {
-        let workspace = launch.workspace.clone();
-        let quota = launch.disk_quota_bytes;
-        let watchdog = async move {
-            let Some(start) = cem_sandbox::free_disk_bytes(&workspace) else {
-                return std::future::pending::<u64>().await;
-            };
-            loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                if let Some(now) = cem_sandbox::free_disk_bytes(&workspace) {
-                    let used = start.saturating_sub(now);
-                    if used > quota || now < DISK_FLOOR {
-                        return used;
-                    }
-                }
-            }
-        };
-        let outcome = tokio::select! {
-            outcome = self.exchange_inner(request, timeout) => return outcome,
-            used = watchdog => used,
-        };
-        self.kill().await;
-        Err(Failure::Disk {
-            used_mb: outcome >> 20,
-        })
+        if let Ok(mut b) = self.watch.baseline.lock() {
+            *b = cem_sandbox::free_disk(&launch.workspace);
+        }
+        let outcome = self.exchange_inner(request, timeout).await;
+        match self.watch.tripped.lock().ok().and_then(|t| *t) {
+            Some(used_mb) => Err(Failure::Disk { used_mb }),
+            None => outcome,
+        }
     }
 
     async fn exchange_inner(
@@ -275,6 +288,9 @@ impl Interp {
 
     /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
     pub async fn kill(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
+        }
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
     }
@@ -326,4 +342,32 @@ fn next_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Kills the interpreter (by its launcher's pid) when, since the last call
+/// began, it used more disk or inodes than allowed, or nearly filled either.
+async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, quota: u64, pid: u32) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some((bytes, inodes)) = cem_sandbox::free_disk(&workspace) else {
+            continue;
+        };
+        let Some((base_bytes, base_inodes)) = watch.baseline.lock().ok().and_then(|b| *b) else {
+            continue;
+        };
+        let used = base_bytes.saturating_sub(bytes);
+        let files = base_inodes.saturating_sub(inodes);
+        if used > quota || files > INODE_QUOTA || bytes < DISK_FLOOR || inodes < INODE_FLOOR {
+            if let Ok(mut t) = watch.tripped.lock() {
+                *t = Some(used >> 20);
+            }
+            tracing::warn!(
+                used_mb = used >> 20,
+                files,
+                "an execution exceeded its disk quota; stopping it"
+            );
+            cem_sandbox::kill(pid);
+            return;
+        }
+    }
 }

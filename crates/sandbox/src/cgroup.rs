@@ -53,6 +53,21 @@ impl Cgroup {
         Ok(cg)
     }
 
+    /// Removes empty sandbox cgroups left by a server that was killed.
+    /// (rmdir refuses a cgroup that still holds processes.)
+    pub fn sweep_stale() {
+        for controller in ["memory", "pids", ""] {
+            let parent = Path::new("/sys/fs/cgroup").join(controller).join(PARENT);
+            if let Ok(entries) = fs::read_dir(&parent) {
+                for e in entries.flatten() {
+                    if e.path().is_dir() {
+                        let _ = fs::remove_dir(e.path());
+                    }
+                }
+            }
+        }
+    }
+
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
     }

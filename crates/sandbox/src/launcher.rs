@@ -11,7 +11,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use nix::sched::{CloneFlags, unshare};
@@ -25,10 +25,12 @@ use nix::unistd::{
 use serde_json::json;
 
 use crate::mounts::{self, Source};
-use crate::{NOBODY, SandboxError, Spec, Step, landlock_rules, seccomp};
+use crate::{SANDBOX_ID, SandboxError, Spec, Step, landlock_rules, seccomp};
 
 /// The first argument that turns our binary into the launcher.
 pub const LAUNCHER_ARG: &str = "__sandbox-exec";
+/// The environment variable carrying the spec (JSON).
+pub const SPEC_ENV: &str = "CEM_SANDBOX_SPEC";
 /// Exit status when the sandbox could not be built.
 pub const SETUP_FAILED: i32 = 125;
 /// Prefix of the one stderr line the launcher writes when asked to report.
@@ -36,8 +38,14 @@ pub const REPORT_PREFIX: &str = "CEM-SANDBOX-LAYERS ";
 
 /// Entry point of the re-executed binary. Must be called before any thread
 /// is started (first thing in `main`).
-pub fn launcher_main(spec_json: &str) -> ! {
-    let code = match serde_json::from_str::<Spec>(spec_json) {
+pub fn launcher_main() -> ! {
+    // Nothing the host left open goes further than this process.
+    // SAFETY: close_range only closes descriptors.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    let spec_json = std::env::var(SPEC_ENV).unwrap_or_default();
+    // SAFETY: single-threaded; nothing else reads the environment.
+    unsafe { std::env::remove_var(SPEC_ENV) };
+    let code = match serde_json::from_str::<Spec>(&spec_json) {
         Ok(spec) => match run(&spec) {
             Ok(code) => code,
             Err(e) => {
@@ -68,10 +76,10 @@ fn run(spec: &Spec) -> Result<i32, SandboxError> {
         // making the user namespace, so its owner and its only uid are
         // unprivileged.
         let staged = mounts::stage_sources(spec)?;
-        let nobody_gid = Gid::from_raw(NOBODY);
+        let nobody_gid = Gid::from_raw(SANDBOX_ID);
         setgroups(&[]).step("drop supplementary groups")?;
         setresgid(nobody_gid, nobody_gid, nobody_gid).step("setresgid(nobody)")?;
-        let nobody = Uid::from_raw(NOBODY);
+        let nobody = Uid::from_raw(SANDBOX_ID);
         setresuid(nobody, nobody, nobody).step("setresuid(nobody)")?;
         // Changing credentials cleared "dumpable", which makes /proc/self
         // root-owned; we must still write our own uid_map below.
@@ -99,13 +107,16 @@ fn run(spec: &Spec) -> Result<i32, SandboxError> {
     std::fs::write("/proc/self/setgroups", "deny").step("deny setgroups")?;
     std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).step("write uid_map")?;
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).step("write gid_map")?;
+    // The maps are written: nobody (not even another process of this uid)
+    // needs to open our /proc files any more.
+    prctl::set_dumpable(false).step("clear dumpable")?;
     // Bind sources must be opened in the mount namespace they are bound in.
     let sources = mounts::open_sources(&staged)?;
 
     // SAFETY: the launcher is single-threaded (called first in main), so
     // the child may run arbitrary code after fork.
     match unsafe { fork() }.step("fork init")? {
-        ForkResult::Parent { child } => Ok(wait_exit_code(child)),
+        ForkResult::Parent { child } => Ok(wait_with_lifeline(child)),
         ForkResult::Child => {
             let code = match init(spec, sources, uid, gid, cgroup_joined) {
                 Ok(code) => code,
@@ -258,14 +269,30 @@ fn drop_capability_bounding_set() {
     }
 }
 
-/// Waits for `child` and turns its end into an exit code (128+signal).
-fn wait_exit_code(child: Pid) -> i32 {
+/// Waits for `child` (the init) and turns its end into an exit code
+/// (128+signal). Meanwhile it watches stdin, the host's end of the bridge:
+/// when every writer is gone (the host exited, even by SIGKILL) it kills
+/// the init, and with it the whole sandbox, instead of leaving it running.
+fn wait_with_lifeline(child: Pid) -> i32 {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::wait::WaitPidFlag;
+    let stdin = std::io::stdin();
     loop {
-        match waitpid(child, None) {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => return code,
             Ok(WaitStatus::Signaled(_, sig, _)) => return 128 + sig as i32,
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(_) => return SETUP_FAILED,
+        }
+        let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::empty())];
+        let hung_up = match poll(&mut fds, PollTimeout::from(200u16)) {
+            Ok(_) => fds[0].revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+            }),
+            Err(_) => false,
+        };
+        if hung_up {
+            let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
         }
     }
 }

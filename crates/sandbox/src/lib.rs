@@ -33,24 +33,26 @@ mod spec;
 
 pub use cgroup::Cgroup;
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
-pub use launcher::{LAUNCHER_ARG, launcher_main};
+pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
 pub use spec::{Bind, Limits, Spec};
 
 use std::path::Path;
 use std::process::Command;
 
-/// The uid and gid the sandbox runs as when the host runs us as root.
-pub const NOBODY: u32 = 65534;
+/// The uid and gid the sandbox runs as when the host runs us as root: a
+/// dedicated id no account uses (not 65534: host processes run as nobody,
+/// and a process of the same uid could trace the sandbox from outside).
+pub const SANDBOX_ID: u32 = 2_000_000_000;
 
 /// The (uid, gid) sandboxed code runs as, when that differs from ours: the
 /// workspace must belong to it. `None` when we are not root (the sandbox
 /// then runs as our own unprivileged uid).
 pub fn sandbox_owner() -> Option<(u32, u32)> {
-    (nix::unistd::geteuid().is_root() && nobody_is_mapped()).then_some((NOBODY, NOBODY))
+    (nix::unistd::geteuid().is_root() && nobody_is_mapped()).then_some((SANDBOX_ID, SANDBOX_ID))
 }
 
-/// Whether uid 65534 exists in our user namespace (it may not when we are
+/// Whether the sandbox uid exists in our user namespace (it may not when we are
 /// "root" inside someone else's namespace; the sandbox cannot start then).
 fn nobody_is_mapped() -> bool {
     let Ok(map) = std::fs::read_to_string("/proc/self/uid_map") else {
@@ -61,14 +63,28 @@ fn nobody_is_mapped() -> bool {
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
             .collect();
-        f.len() == 3 && (f[0]..f[0] + f[2]).contains(&u64::from(NOBODY))
+        f.len() == 3 && (f[0]..f[0] + f[2]).contains(&u64::from(SANDBOX_ID))
     })
 }
 
-/// Free bytes (for unprivileged users) on the file system holding `path`.
-pub fn free_disk_bytes(path: &Path) -> Option<u64> {
+/// Free bytes and free inodes (for unprivileged users) on the file system
+/// holding `path`.
+pub fn free_disk(path: &Path) -> Option<(u64, u64)> {
     let st = nix::sys::statvfs::statvfs(path).ok()?;
-    Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+    Some((
+        st.blocks_available() as u64 * st.fragment_size() as u64,
+        st.files_available() as u64,
+    ))
+}
+
+/// Sends SIGKILL to `pid` (the launcher: its death takes the sandbox down).
+pub fn kill(pid: u32) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
 }
 
 /// A `Command` that runs `spec` in the sandbox: `exe` (normally
@@ -76,8 +92,10 @@ pub fn free_disk_bytes(path: &Path) -> Option<u64> {
 /// environment. Stdin, stdout and stderr are the caller's to set.
 pub fn command(exe: &Path, spec: &Spec) -> Result<Command, serde_json::Error> {
     let mut cmd = Command::new(exe);
-    cmd.arg(LAUNCHER_ARG).arg(serde_json::to_string(spec)?);
-    cmd.env_clear();
+    cmd.arg(LAUNCHER_ARG);
+    // In the environment, not argv: /proc/1/cmdline is readable inside the
+    // sandbox, /proc/1/environ is not.
+    cmd.env_clear().env(SPEC_ENV, serde_json::to_string(spec)?);
     Ok(cmd)
 }
 

@@ -289,7 +289,13 @@ fn bind(root: &Path, source: &Source) -> Result<(), SandboxError> {
     // user namespace: a remount must repeat them or it fails.
     let locked = locked_flags(source)?;
     if source.writable {
-        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | locked;
+        // No set-uid files or device nodes made here take effect anywhere.
+        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | locked;
+        let flags = if source.target.starts_with("/dev") {
+            flags
+        } else {
+            flags | MsFlags::MS_NODEV
+        };
         mount(None::<&str>, &at, None::<&str>, flags, None::<&str>)
             .step(format!("remount {}", source.target.display()))
     } else {

@@ -57,6 +57,15 @@ pub const DENIED: &[(&str, i64)] = &[
     ("clock_adjtime", libc::SYS_clock_adjtime),
     ("adjtimex", libc::SYS_adjtimex),
     ("personality", libc::SYS_personality),
+    ("kcmp", libc::SYS_kcmp),
+    ("move_pages", libc::SYS_move_pages),
+    ("migrate_pages", libc::SYS_migrate_pages),
+    #[cfg(target_arch = "x86_64")]
+    ("modify_ldt", libc::SYS_modify_ldt),
+    #[cfg(target_arch = "x86_64")]
+    ("uselib", libc::SYS_uselib),
+    #[cfg(target_arch = "x86_64")]
+    ("memfd_secret", libc::SYS_memfd_secret),
 ];
 
 /// Namespace flags that clone() may not carry.
@@ -117,7 +126,9 @@ pub fn build(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
             libc::AF_INET6 as u64,
         )?);
     }
-    rules.insert(libc::SYS_socket, vec![rule(domain_conds)?]);
+    rules.insert(libc::SYS_socket, vec![rule(domain_conds.clone())?]);
+    // socketpair() reaches a family's socket code too: the same rule.
+    rules.insert(libc::SYS_socketpair, vec![rule(domain_conds)?]);
     // clone() with any namespace flag.
     let clone_rules = CLONE_NAMESPACE_FLAGS
         .iter()
@@ -154,10 +165,55 @@ pub fn build(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
         arch()?,
     )
     .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
-    [deny, enosys]
+    let mut programs: Vec<BpfProgram> = [deny, enosys]
         .into_iter()
         .map(|f| BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp(e.to_string())))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    #[cfg(target_arch = "x86_64")]
+    programs.push(x32_guard());
+    Ok(programs)
+}
+
+/// On x86_64, syscall numbers with bit 30 set are the x32 ABI: the same
+/// kernel functions under other numbers, which a filter keyed on x86_64
+/// numbers would let through. Refuse them all (seccompiler checks the
+/// architecture field, but not this bit).
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
+    const JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    vec![
+        // A = seccomp_data.nr (offset 0)
+        sock_filter {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // if A >= 0x40000000 fall through to EPERM, else skip to ALLOW
+        sock_filter {
+            code: JGE_K,
+            jt: 0,
+            jf: 1,
+            k: 0x4000_0000,
+        },
+        sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
+        sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ALLOW,
+        },
+    ]
 }
 
 /// Installs the filters on the current thread (no_new_privs must be set).
@@ -173,6 +229,7 @@ mod tests {
     #[test]
     fn filters_compile_for_this_architecture() {
         let programs = super::build(false).map_err(|e| e.to_string());
-        assert_eq!(programs.map(|p| p.len()), Ok(2));
+        let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
+        assert_eq!(programs.map(|p| p.len()), Ok(expected));
     }
 }

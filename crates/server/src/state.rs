@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use cem_config::Config;
 use cem_engine::{Engine, EngineOptions};
+use cem_upstream::Manager;
+
+use crate::discovery::CatalogService;
 use cem_store::{Workspace, WorkspaceError};
 
 use crate::ToolSet;
@@ -22,6 +25,7 @@ pub struct AppState {
     pub tool_set: ToolSet,
     pub started: Instant,
     pub engine: Arc<Engine>,
+    pub catalog: Arc<CatalogService>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,8 +65,22 @@ impl AppState {
             sandbox: config.sandbox.clone(),
             exe,
         });
+        let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
+        let registry_dir = config
+            .tools_registry
+            .clone()
+            .unwrap_or_else(|| data_dir.join("tools_registry"));
+        let registry = match cem_catalog::registry::load(&registry_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(error = %e, "the tool registry could not be read; continuing without it");
+                Vec::new()
+            }
+        };
+        let catalog = Arc::new(CatalogService::new(manager, registry));
         Ok(Self {
             engine,
+            catalog,
             config,
             config_path,
             data_dir: data_dir.to_path_buf(),

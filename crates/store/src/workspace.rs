@@ -101,6 +101,8 @@ impl Workspace {
             return Err(WorkspaceError::UnsafeRoot { root: shown });
         }
         if let Some((uid, gid)) = owner {
+            // By path is safe for the root alone: its path lies outside
+            // anything sandboxed code can reach or rename.
             std::os::unix::fs::lchown(root, Some(uid), Some(gid))
                 .map_err(|e| WorkspaceError::io(&shown, e))?;
         }
@@ -114,7 +116,6 @@ impl Workspace {
             owner,
         };
         ws.remove_stale_temp_files();
-        ws.hand_over_to_owner();
         Ok(ws)
     }
 
@@ -129,38 +130,13 @@ impl Workspace {
         }
     }
 
-    /// Gives `path` to the configured owner, if any.
-    fn chown(&self, path: &Path) -> std::io::Result<()> {
+    /// Gives an open file or directory to the configured owner, if any.
+    /// Only ever through a handle: sandboxed code can swap any path
+    /// component for a symlink between our lookup and a chown by name.
+    fn chown_handle(&self, handle: &impl std::os::fd::AsFd) -> std::io::Result<()> {
         match self.owner {
-            Some((uid, gid)) => {
-                let full = self.root.join(path);
-                std::os::unix::fs::lchown(full, Some(uid), Some(gid))
-            }
+            Some((uid, gid)) => std::os::unix::fs::fchown(handle, Some(uid), Some(gid)),
             None => Ok(()),
-        }
-    }
-
-    /// Gives entries made before (by another owner) to the configured
-    /// owner, so sandboxed code can modify what the tools wrote.
-    fn hand_over_to_owner(&self) {
-        use cap_std::fs::MetadataExt;
-        let (Some((uid, _)), Ok(start)) = (self.owner, self.dir.try_clone()) else {
-            return;
-        };
-        let mut foreign = Vec::new();
-        let _ = walk(
-            &start,
-            Path::new(""),
-            &mut |entry, meta| {
-                if meta.uid() != uid {
-                    foreign.push(PathBuf::from(&entry.path));
-                }
-                foreign.len() < USAGE_BUDGET
-            },
-            true,
-        );
-        for path in foreign {
-            let _ = self.chown(&path);
         }
     }
 
@@ -232,7 +208,6 @@ impl Workspace {
         // A replaced file keeps its mode; a new one is private to its owner.
         let mode = existing_mode.unwrap_or(0o600);
         let result = self.write_tmp(&tmp, content, mode).and_then(|()| {
-            self.chown(&tmp)?;
             // rename replaces a symlink at the target rather than writing
             // through it, so a planted link cannot redirect the write.
             self.dir.rename(&tmp, &self.dir, &rel)
@@ -278,9 +253,20 @@ impl Workspace {
                 Err(e) => return Err(WorkspaceError::io(shown, e)),
             }
             match self.dir.create_dir(&so_far) {
-                Ok(()) => self
-                    .chown(&so_far)
-                    .map_err(|e| WorkspaceError::io(shown, e))?,
+                Ok(()) => {
+                    // Open what we just made without following a link, and
+                    // hand over that handle, never the path.
+                    let mut nofollow = OpenOptions::new();
+                    nofollow
+                        .read(true)
+                        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+                    let made = self
+                        .dir
+                        .open_with(&so_far, &nofollow)
+                        .map_err(|e| WorkspaceError::io(shown, e))?;
+                    self.chown_handle(&made)
+                        .map_err(|e| WorkspaceError::io(shown, e))?;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(WorkspaceError::io(shown, e)),
             }
@@ -292,6 +278,7 @@ impl Workspace {
         let mut options = OpenOptions::new();
         options.write(true).create_new(true).mode(mode);
         let mut file = self.dir.open_with(tmp, &options)?;
+        self.chown_handle(&file)?;
         file.write_all(content)?;
         file.sync_all()
     }

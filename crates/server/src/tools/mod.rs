@@ -5,6 +5,7 @@
 //! context on each `tools/list`.
 
 mod args;
+mod discovery;
 mod execute;
 mod stats;
 mod workspace;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 pub use args::Args;
+pub use discovery::{CATEGORIES, DEFINITION, SEARCH};
 
 use crate::AppState;
 
@@ -40,6 +42,9 @@ pub struct ToolDef {
 /// Every tool, in the order `tools/list` shows them.
 pub const TOOLS: &[ToolDef] = &[
     execute::EXECUTE,
+    discovery::SEARCH,
+    discovery::DEFINITION,
+    discovery::CATEGORIES,
     workspace::WRITE,
     workspace::READ,
     workspace::LIST,
@@ -82,6 +87,9 @@ pub async fn call(state: &Arc<AppState>, name: &str, args: Args) -> Option<Answe
     }
     Some(Answer::Plain(match name {
         "execute_code" => return Some(execute::execute(state, args).await),
+        "search_tools" => discovery::search(state, args).await,
+        "get_tool_definition" => discovery::definition(state, args).await,
+        "list_tool_categories" => discovery::categories_tool(state, args).await,
         "write_workspace_file" => workspace::write(state, args).await,
         "read_workspace_file" => workspace::read(state, args).await,
         "list_workspace_files" => workspace::list(state, args).await,

@@ -1,0 +1,185 @@
+//! `tools list|search|show|refresh` and `generate`: the catalog at a shell.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use cem_catalog::EntryKind;
+use cem_server::{AppState, ToolSet};
+use serde_json::{Map, Value, json};
+
+use crate::args::{Cli, GenerateArgs, ToolsCommand};
+use crate::setup;
+
+fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, ExitCode>> {
+    let loaded = match setup::load_config(cli) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(Err(ExitCode::from(2)));
+        }
+    };
+    let data_dir = setup::data_dir(cli)?;
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let state = AppState::open(
+        loaded.config,
+        loaded.located.map(|l| l.path),
+        &data_dir,
+        ToolSet::Full,
+        exe,
+    )?;
+    Ok(Ok(Arc::new(state)))
+}
+
+/// Calls one of our MCP tools and returns its JSON (or its error text).
+async fn call_tool(state: &Arc<AppState>, name: &str, args: Value) -> Result<Value, String> {
+    let args = cem_server::tools::Args::new(args.as_object().cloned().or_else(|| Some(Map::new())));
+    match cem_server::tools::call(state, name, args).await {
+        Some(cem_server::tools::Answer::Plain(Ok(v))) => Ok(v),
+        Some(cem_server::tools::Answer::Plain(Err(e))) => Err(e.0),
+        Some(cem_server::tools::Answer::Flagged { body, .. }) => Ok(body),
+        None => Err(format!("no tool {name}")),
+    }
+}
+
+pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
+    let state = match open_state(cli)? {
+        Ok(state) => state,
+        Err(code) => return Ok(code),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let code = runtime.block_on(async {
+        let outcome = match cmd {
+            ToolsCommand::List { server } => list(&state, server.as_deref()).await,
+            ToolsCommand::Search {
+                query,
+                limit,
+                category,
+            } => {
+                let args = json!({"query": query, "limit": limit, "category": category});
+                call_tool(&state, "search_tools", args).await.map(|v| {
+                    for t in v["tools"].as_array().into_iter().flatten() {
+                        println!(
+                            "{}.{}  {}",
+                            t["server"].as_str().unwrap_or(""),
+                            t["name"].as_str().unwrap_or(""),
+                            t["description"].as_str().unwrap_or("")
+                        );
+                    }
+                    report_unavailable(&v);
+                })
+            }
+            ToolsCommand::Show { name } => {
+                call_tool(&state, "get_tool_definition", json!({"tool_name": name}))
+                    .await
+                    .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()))
+            }
+            ToolsCommand::Refresh => {
+                state.catalog.manager().clear_cache();
+                let built = state.catalog.rebuild(true).await;
+                let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+                for e in built
+                    .catalog
+                    .entries()
+                    .iter()
+                    .filter(|e| e.kind == EntryKind::Upstream)
+                {
+                    *counts.entry(e.category.as_str()).or_default() += 1;
+                }
+                for (server, n) in &counts {
+                    println!("{server}: {n} tools");
+                }
+                for (server, error) in &built.unavailable {
+                    println!("{server}: FAILED: {error}");
+                }
+                if built.unavailable.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{} server(s) failed", built.unavailable.len()))
+                }
+            }
+        };
+        state.catalog.manager().shutdown().await;
+        match outcome {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    });
+    Ok(code)
+}
+
+fn report_unavailable(v: &Value) {
+    for u in v["unavailable"].as_array().into_iter().flatten() {
+        eprintln!(
+            "warning: {} unavailable: {}",
+            u["server"].as_str().unwrap_or("?"),
+            u["error"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+async fn list(state: &Arc<AppState>, server: Option<&str>) -> Result<(), String> {
+    let built = state.catalog.get().await;
+    let mut shown = 0;
+    for e in built.catalog.entries() {
+        if server.is_some_and(|s| !e.category.eq_ignore_ascii_case(s)) {
+            continue;
+        }
+        println!("{}  {}", e.qualified_name(), e.summary());
+        shown += 1;
+    }
+    for (s, error) in &built.unavailable {
+        eprintln!("warning: {s} unavailable: {error}");
+    }
+    if shown == 0
+        && let Some(s) = server
+    {
+        return Err(format!("no tools for '{s}'"));
+    }
+    Ok(())
+}
+
+pub fn generate(cli: &Cli, args: &GenerateArgs) -> anyhow::Result<ExitCode> {
+    let state = match open_state(cli)? {
+        Ok(state) => state,
+        Err(code) => return Ok(code),
+    };
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None => state.data_dir.clone(),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let built = runtime.block_on(state.catalog.get());
+    let entries: Vec<_> = built
+        .catalog
+        .entries()
+        .iter()
+        .filter(|e| e.kind == EntryKind::Upstream)
+        .collect();
+    let bar = indicatif::ProgressBar::new(entries.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} tools {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let stats = cem_catalog::python::write_wrappers(&entries, &out, &mut |done, _| {
+        bar.set_position(done as u64)
+    })
+    .with_context(|| format!("cannot write wrappers under {}", out.display()))?;
+    bar.finish_and_clear();
+    runtime.block_on(state.catalog.manager().shutdown());
+    println!(
+        "{} tools of {} servers in {}: {} files written, {} removed",
+        stats.tools,
+        stats.servers,
+        out.join("servers").display(),
+        stats.written,
+        stats.removed
+    );
+    for (server, error) in &built.unavailable {
+        eprintln!("warning: {server} skipped: {error}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,120 @@
+//! The catalog as the server keeps it: built on first use from the
+//! upstream servers' tool lists (disk cache first) and the static registry,
+//! and rebuilt when an upstream says its tools changed.
+
+use std::sync::Arc;
+
+use cem_catalog::{Catalog, Entry, EntryKind};
+use cem_upstream::Manager;
+use tokio::sync::RwLock;
+
+/// One built catalog and the servers whose tools could not be had.
+pub struct Built {
+    pub catalog: Catalog,
+    pub unavailable: Vec<(String, String)>,
+}
+
+pub struct CatalogService {
+    manager: Arc<Manager>,
+    registry: Vec<Entry>,
+    current: RwLock<Option<Arc<Built>>>,
+}
+
+impl CatalogService {
+    pub fn new(manager: Arc<Manager>, registry: Vec<Entry>) -> Self {
+        Self {
+            manager,
+            registry,
+            current: RwLock::new(None),
+        }
+    }
+
+    pub fn manager(&self) -> &Arc<Manager> {
+        &self.manager
+    }
+
+    /// The current catalog, building it if needed.
+    pub async fn get(&self) -> Arc<Built> {
+        if let Some(built) = self.current.read().await.as_ref() {
+            return built.clone();
+        }
+        let mut slot = self.current.write().await;
+        if let Some(built) = slot.as_ref() {
+            return built.clone();
+        }
+        let built = Arc::new(self.build(false).await);
+        *slot = Some(built.clone());
+        built
+    }
+
+    /// Rebuilds now; `refresh` re-asks every server instead of the cache.
+    pub async fn rebuild(&self, refresh: bool) -> Arc<Built> {
+        let built = Arc::new(self.build(refresh).await);
+        *self.current.write().await = Some(built.clone());
+        built
+    }
+
+    /// Drops the current catalog; the next use builds a fresh one.
+    pub async fn invalidate(&self) {
+        *self.current.write().await = None;
+    }
+
+    /// Invalidates the catalog whenever an upstream announces new tools.
+    pub fn watch_changes(self: &Arc<Self>) {
+        let weak = Arc::downgrade(self);
+        let changed = self.manager.changed();
+        tokio::spawn(async move {
+            loop {
+                changed.notified().await;
+                let Some(service) = weak.upgrade() else {
+                    return;
+                };
+                tracing::info!(
+                    "an upstream's tool list changed; the catalog is rebuilt on next use"
+                );
+                service.invalidate().await;
+            }
+        });
+    }
+
+    async fn build(&self, refresh: bool) -> Built {
+        let mut entries = Vec::new();
+        let mut unavailable = Vec::new();
+        for (server, result) in self.manager.all_tools(refresh).await {
+            match result {
+                Ok(tools) => entries.extend(tools.into_iter().map(|t| {
+                    Entry {
+                        kind: EntryKind::Upstream,
+                        category: server.clone(),
+                        name: t.name.to_string(),
+                        description: t.description.as_deref().unwrap_or_default().to_string(),
+                        input_schema: Some(serde_json::Value::Object((*t.input_schema).clone())),
+                        output_schema: t
+                            .output_schema
+                            .as_ref()
+                            .map(|s| serde_json::Value::Object((**s).clone())),
+                        keywords: t.title.into_iter().collect(),
+                        mcp_server: None,
+                    }
+                })),
+                Err(e) => {
+                    tracing::warn!(server = %server, error = %e, "upstream tools unavailable");
+                    unavailable.push((server, e.to_string()));
+                }
+            }
+        }
+        entries.extend(self.registry.iter().cloned());
+        Built {
+            catalog: Catalog::new(entries),
+            unavailable,
+        }
+    }
+}
+
+impl std::fmt::Debug for CatalogService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CatalogService")
+            .field("registry", &self.registry.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,257 @@
+//! search_tools, get_tool_definition, list_tool_categories.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cem_catalog::{Entry, EntryKind, python};
+use cem_upstream::ServerStatus;
+use serde_json::{Value, json};
+
+use super::{Args, ToolDef, ToolFailure, ToolResult, success};
+use crate::AppState;
+
+pub const SEARCH: ToolDef = ToolDef {
+    name: "search_tools",
+    description: "Find tools of the connected MCP servers by what they do. detail_level: name, summary (default) or full (with schemas).",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "category": {"type": "string", "description": "Limit to one server or category"},
+                "detail_level": {"type": "string", "enum": ["name", "summary", "full"]},
+                "limit": {"type": "integer", "default": 10}
+            },
+            "required": ["query"]
+        })
+    },
+    minimal: true,
+};
+
+pub const DEFINITION: ToolDef = ToolDef {
+    name: "get_tool_definition",
+    description: "Full definition of one tool: input/output schema, Python signature, example call.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "tool_name": {"type": "string", "description": "server.tool, or a tool name"},
+                "category": {"type": "string", "description": "The tool's server or category"}
+            },
+            "required": ["tool_name"]
+        })
+    },
+    minimal: true,
+};
+
+pub const CATEGORIES: ToolDef = ToolDef {
+    name: "list_tool_categories",
+    description: "List the upstream servers (tool count, state, errors) and registry categories.",
+    schema: || json!({"type": "object", "properties": {}}),
+    minimal: false,
+};
+
+const MAX_LIMIT: u64 = 100;
+
+pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["query", "category", "detail_level", "limit"])?;
+    let query = args.string("query")?;
+    let category = args.opt_string("category")?;
+    let detail = args
+        .opt_string("detail_level")?
+        .unwrap_or_else(|| "summary".into());
+    if !["name", "summary", "full"].contains(&detail.as_str()) {
+        return Err(ToolFailure(format!(
+            "detail_level must be name, summary or full, got {detail:?}"
+        )));
+    }
+    let limit = args.opt_u64("limit")?.unwrap_or(10);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(ToolFailure(format!(
+            "limit must be from 1 to {MAX_LIMIT}, got {limit}"
+        )));
+    }
+    let built = state.catalog.get().await;
+    let catalog = &built.catalog;
+    if let Some(c) = &category
+        && !catalog
+            .entries()
+            .iter()
+            .any(|e| e.category.eq_ignore_ascii_case(c))
+    {
+        return Err(ToolFailure(format!(
+            "no category '{c}'; list_tool_categories shows them ({})",
+            categories(catalog.entries()).join(", ")
+        )));
+    }
+    let hits = catalog.search(&query, category.as_deref(), limit as usize);
+    let tools: Vec<Value> = hits
+        .iter()
+        .map(|h| {
+            let e = &catalog.entries()[h.index];
+            match detail.as_str() {
+                "name" => json!(e.qualified_name()),
+                "summary" => {
+                    json!({"name": e.name, "server": e.category, "description": e.summary()})
+                }
+                _ => full(e),
+            }
+        })
+        .collect();
+    let mut answer = success(json!({"query": query, "count": tools.len(), "tools": tools}));
+    if !built.unavailable.is_empty()
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.insert(
+            "unavailable".into(),
+            json!(
+                built
+                    .unavailable
+                    .iter()
+                    .map(|(s, e)| json!({"server": s, "error": e}))
+                    .collect::<Vec<_>>()
+            ),
+        );
+    }
+    Ok(answer)
+}
+
+fn categories(entries: &[Entry]) -> Vec<String> {
+    let mut names: Vec<String> = entries.iter().map(|e| e.category.clone()).collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn full(e: &Entry) -> Value {
+    let mut v = json!({
+        "name": e.name,
+        "server": e.category,
+        "kind": e.kind,
+        "description": e.description,
+    });
+    if let Some(obj) = v.as_object_mut() {
+        if let Some(s) = &e.input_schema {
+            obj.insert("input_schema".into(), s.clone());
+        }
+        if let Some(s) = &e.output_schema {
+            obj.insert("output_schema".into(), s.clone());
+        }
+        if e.kind == EntryKind::Registry {
+            obj.insert("keywords".into(), json!(e.keywords));
+            if let Some(m) = &e.mcp_server {
+                obj.insert("mcp_server".into(), json!(m));
+            }
+        }
+    }
+    v
+}
+
+pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["tool_name", "category"])?;
+    let name = args.string("tool_name")?;
+    let category = args.opt_string("category")?;
+    let built = state.catalog.get().await;
+    let found = built.catalog.find(&name, category.as_deref());
+    let entry = match found.as_slice() {
+        [one] => *one,
+        [] => {
+            let close: Vec<String> = built
+                .catalog
+                .search(&name, None, 3)
+                .iter()
+                .map(|h| built.catalog.entries()[h.index].qualified_name())
+                .collect();
+            let hint = if close.is_empty() {
+                String::new()
+            } else {
+                format!("; closest: {}", close.join(", "))
+            };
+            return Err(ToolFailure(format!("no tool named '{name}'{hint}")));
+        }
+        many => {
+            let names: Vec<String> = many.iter().map(|e| e.qualified_name()).collect();
+            return Err(ToolFailure(format!(
+                "'{name}' names {} tools ({}); pass server.tool or category",
+                many.len(),
+                names.join(", ")
+            )));
+        }
+    };
+    let mut answer = full(entry);
+    if entry.kind == EntryKind::Upstream
+        && let Some(obj) = answer.as_object_mut()
+    {
+        let module = python::alias(&entry.category);
+        let function = python::alias(&entry.name);
+        obj.insert(
+            "python".into(),
+            json!({
+                "signature": python::signature(entry),
+                "import": format!("from servers.{module} import {function}"),
+                "example": python::example(entry),
+                "call_tool": format!("call_tool({:?}, {{...}})", entry.qualified_name()),
+            }),
+        );
+    }
+    let mut out = success(json!({}));
+    if let (Some(o), Value::Object(fields)) = (out.as_object_mut(), answer) {
+        o.extend(fields);
+    }
+    Ok(out)
+}
+
+pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&[])?;
+    let built = state.catalog.get().await;
+    let mut counts: BTreeMap<(String, bool), usize> = BTreeMap::new();
+    for e in built.catalog.entries() {
+        *counts
+            .entry((e.category.clone(), e.kind == EntryKind::Registry))
+            .or_default() += 1;
+    }
+    let mut out = Vec::new();
+    for upstream in state.catalog.manager().servers() {
+        let name = &upstream.config.name;
+        let mut v = json!({
+            "name": name,
+            "kind": "upstream",
+            "transport": upstream.config.transport.kind(),
+            "tools": counts.get(&(name.clone(), false)).copied().unwrap_or(0),
+        });
+        let status = upstream.status();
+        if let Some(obj) = v.as_object_mut() {
+            let (state_name, error) = match status {
+                ServerStatus::Disabled => ("disabled", None),
+                ServerStatus::NotStarted => ("not_started", None),
+                ServerStatus::Connected => ("connected", None),
+                ServerStatus::Failed(e) => ("failed", Some(e)),
+            };
+            // A failure while listing tools is reported even if no call was made.
+            let error = error.or_else(|| {
+                built
+                    .unavailable
+                    .iter()
+                    .find(|(s, _)| s == name)
+                    .map(|(_, e)| e.clone())
+            });
+            let state_name = if error.is_some() {
+                "failed"
+            } else {
+                state_name
+            };
+            obj.insert("state".into(), json!(state_name));
+            if let Some(e) = error {
+                obj.insert("error".into(), json!(e));
+            }
+        }
+        out.push(v);
+    }
+    for ((name, registry), count) in &counts {
+        if *registry {
+            out.push(json!({"name": name, "kind": "registry", "tools": count}));
+        }
+    }
+    Ok(success(json!({"count": out.len(), "categories": out})))
+}

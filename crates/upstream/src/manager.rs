@@ -1,0 +1,447 @@
+//! Upstream servers: lazy connections, tool lists, calls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use cem_config::{Config, ServerConfig, Transport};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, Tool};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{Mutex, Notify};
+
+use crate::handler::Handler;
+use crate::sse::SseTransport;
+use crate::{UpstreamError, cache};
+
+/// Host variables a stdio server inherits; its own `env` goes on top.
+/// Everything else (other servers' credentials included) stays behind.
+const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "TERM",
+    "SHELL",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "SYSTEMROOT",
+];
+
+/// How a server is doing, for list_tool_categories and doctor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "error", rename_all = "snake_case")]
+pub enum ServerStatus {
+    Disabled,
+    /// Never started this run (its tools may come from the disk cache).
+    NotStarted,
+    Connected,
+    Failed(String),
+}
+
+/// One configured server.
+pub struct Upstream {
+    pub config: ServerConfig,
+    conn: Mutex<Option<RunningService<RoleClient, Handler>>>,
+    status: std::sync::Mutex<ServerStatus>,
+    stale: Arc<AtomicBool>,
+    changed: Arc<Notify>,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    fn set_status(&self, status: ServerStatus) {
+        if let Ok(mut s) = self.status.lock() {
+            *s = status;
+        }
+    }
+
+    pub fn status(&self) -> ServerStatus {
+        self.status
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or(ServerStatus::NotStarted)
+    }
+
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// A live session, connecting (or reconnecting after a crash) first.
+    async fn peer(&self) -> Result<Peer<RoleClient>, UpstreamError> {
+        if self.config.disabled {
+            return Err(UpstreamError::Disabled(self.name().to_string()));
+        }
+        let mut conn = self.conn.lock().await;
+        if let Some(service) = conn.as_ref() {
+            if !service.is_closed() {
+                return Ok(service.peer().clone());
+            }
+            tracing::warn!(
+                server = self.name(),
+                "upstream connection closed; restarting it"
+            );
+        }
+        *conn = None;
+        let connect = tokio::time::timeout(self.connect_timeout, self.connect());
+        let service = match connect.await {
+            Ok(Ok(service)) => service,
+            Ok(Err(e)) => {
+                self.set_status(ServerStatus::Failed(e.to_string()));
+                return Err(e);
+            }
+            Err(_) => {
+                let e = UpstreamError::Timeout {
+                    server: self.name().to_string(),
+                    what: "the MCP handshake".into(),
+                    seconds: self.connect_timeout.as_secs(),
+                };
+                self.set_status(ServerStatus::Failed(e.to_string()));
+                return Err(e);
+            }
+        };
+        let peer = service.peer().clone();
+        *conn = Some(service);
+        self.set_status(ServerStatus::Connected);
+        Ok(peer)
+    }
+
+    async fn connect(&self) -> Result<RunningService<RoleClient, Handler>, UpstreamError> {
+        let name = self.name().to_string();
+        let fail = |cause: String| UpstreamError::Connect {
+            server: name.clone(),
+            cause,
+        };
+        let handler = Handler {
+            stale: self.stale.clone(),
+            changed: self.changed.clone(),
+        };
+        match &self.config.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).env_clear();
+                for key in INHERITED_ENV {
+                    if let Ok(v) = std::env::var(key) {
+                        cmd.env(key, v);
+                    }
+                }
+                for (k, v) in env {
+                    cmd.env(k, v.expose());
+                }
+                if let Some(dir) = cwd {
+                    cmd.current_dir(dir);
+                }
+                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => fail(format!(
+                            "command '{command}' not found; install it or fix mcpServers.{name}.command"
+                        )),
+                        _ => fail(format!("cannot start '{command}': {e}")),
+                    })?;
+                if let Some(stderr) = stderr {
+                    let server = name.clone();
+                    tokio::spawn(async move {
+                        let mut lines = BufReader::new(stderr).lines();
+                        while let Ok(Some(line)) = lines.next_line().await {
+                            let line: String = line.chars().take(2000).collect();
+                            tracing::info!(target: "upstream", server = %server, "{line}");
+                        }
+                    });
+                }
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail(e.to_string()))
+            }
+            Transport::Http { url, headers } => {
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let mut custom = HashMap::new();
+                for (k, v) in headers {
+                    let value = v.expose();
+                    if k.eq_ignore_ascii_case("authorization")
+                        && let Some(token) = value.strip_prefix("Bearer ")
+                    {
+                        config = config.auth_header(token.trim());
+                        continue;
+                    }
+                    let header = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| fail(format!("header {k}: {e}")))?;
+                    let value = reqwest::header::HeaderValue::from_str(value)
+                        .map_err(|_| fail(format!("header {k} has an invalid value")))?;
+                    custom.insert(header, value);
+                }
+                config = config.custom_headers(custom);
+                let transport = StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail(plain_http_error(&e.to_string(), url)))
+            }
+            Transport::Sse { url, headers } => {
+                let transport = SseTransport::connect(url, headers, self.connect_timeout)
+                    .await
+                    .map_err(|e| fail(plain_http_error(&e.to_string(), url)))?;
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| fail(plain_http_error(&e.to_string(), url)))
+            }
+        }
+    }
+
+    /// Forgets the connection (after a crash or on shutdown).
+    async fn drop_connection(&self) {
+        if let Some(service) = self.conn.lock().await.take() {
+            let _ = service.cancel().await;
+        }
+    }
+}
+
+/// All configured servers.
+pub struct Manager {
+    servers: BTreeMap<String, Arc<Upstream>>,
+    cache_dir: PathBuf,
+    changed: Arc<Notify>,
+    call_timeout: Duration,
+}
+
+impl Manager {
+    /// `cache_dir` holds the tool-list cache; timeouts come from the
+    /// `upstream` section (a server's `timeout_seconds` overrides the call one).
+    pub fn new(config: &Config, cache_dir: PathBuf) -> Self {
+        let call_timeout = Duration::from_secs(config.upstream.timeout_seconds);
+        let connect_timeout = Duration::from_secs(config.upstream.connect_timeout_seconds);
+        let changed = Arc::new(Notify::new());
+        let servers = config
+            .servers
+            .values()
+            .map(|s| {
+                let status = if s.disabled {
+                    ServerStatus::Disabled
+                } else {
+                    ServerStatus::NotStarted
+                };
+                let upstream = Upstream {
+                    config: s.clone(),
+                    conn: Mutex::new(None),
+                    status: std::sync::Mutex::new(status),
+                    stale: Arc::new(AtomicBool::new(false)),
+                    changed: changed.clone(),
+                    connect_timeout,
+                };
+                (s.name.clone(), Arc::new(upstream))
+            })
+            .collect();
+        Manager {
+            servers,
+            cache_dir,
+            changed,
+            call_timeout,
+        }
+    }
+
+    pub fn servers(&self) -> impl Iterator<Item = &Arc<Upstream>> {
+        self.servers.values()
+    }
+
+    /// Woken when any server says its tool list changed.
+    pub fn changed(&self) -> Arc<Notify> {
+        self.changed.clone()
+    }
+
+    /// The server called `name` (also with `-` and `_` swapped).
+    pub fn get(&self, name: &str) -> Result<&Arc<Upstream>, UpstreamError> {
+        self.servers
+            .get(name)
+            .or_else(|| {
+                let norm = |s: &str| s.replace('-', "_").to_ascii_lowercase();
+                self.servers
+                    .values()
+                    .find(|u| norm(&u.config.name) == norm(name))
+            })
+            .ok_or_else(|| UpstreamError::UnknownServer(name.to_string()))
+    }
+
+    /// The server's tools: from the disk cache unless `refresh`, or unless
+    /// the server said its list changed.
+    pub async fn tools(&self, name: &str, refresh: bool) -> Result<Vec<Tool>, UpstreamError> {
+        let upstream = self.get(name)?;
+        if upstream.config.disabled {
+            return Err(UpstreamError::Disabled(upstream.config.name.clone()));
+        }
+        let stale = upstream.stale.swap(false, Ordering::SeqCst);
+        if !refresh
+            && !stale
+            && let Some(tools) = cache::load(&self.cache_dir, &upstream.config)
+        {
+            return Ok(tools);
+        }
+        let peer = upstream.peer().await?;
+        let tools =
+            match tokio::time::timeout(self.timeout_for(upstream), peer.list_all_tools()).await {
+                Ok(Ok(tools)) => tools,
+                Ok(Err(e)) => {
+                    let e = UpstreamError::Call {
+                        server: name.to_string(),
+                        cause: format!("tools/list failed: {e}"),
+                    };
+                    upstream.set_status(ServerStatus::Failed(e.to_string()));
+                    return Err(e);
+                }
+                Err(_) => {
+                    return Err(UpstreamError::Timeout {
+                        server: name.to_string(),
+                        what: "tools/list".into(),
+                        seconds: self.timeout_for(upstream).as_secs(),
+                    });
+                }
+            };
+        if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
+            tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
+        }
+        Ok(tools)
+    }
+
+    /// Every enabled server's tools, fetched concurrently.
+    pub async fn all_tools(
+        &self,
+        refresh: bool,
+    ) -> Vec<(String, Result<Vec<Tool>, UpstreamError>)> {
+        let names: Vec<String> = self
+            .servers
+            .values()
+            .filter(|u| !u.config.disabled)
+            .map(|u| u.config.name.clone())
+            .collect();
+        let futures = names.iter().map(|n| self.tools(n, refresh));
+        let results = futures::future::join_all(futures).await;
+        names.into_iter().zip(results).collect()
+    }
+
+    /// Calls `tool` on `server`. A closed (crashed) connection is dropped so
+    /// the next use restarts the server.
+    pub async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        timeout: Option<Duration>,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let upstream = self.get(server)?;
+        let name = upstream.config.name.clone();
+        let peer = upstream.peer().await?;
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        if let Some(args) = arguments {
+            params = params.with_arguments(args);
+        }
+        let limit = timeout.unwrap_or_else(|| self.timeout_for(upstream));
+        match tokio::time::timeout(limit, peer.call_tool_once(params)).await {
+            Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
+            Ok(Ok(_)) => Err(UpstreamError::Call {
+                server: name,
+                cause: format!("tool '{tool}' asked for interactive input, which code cannot give"),
+            }),
+            Ok(Err(e)) => {
+                let closed = upstream
+                    .conn
+                    .lock()
+                    .await
+                    .as_ref()
+                    .is_none_or(|s| s.is_closed());
+                if closed {
+                    upstream.drop_connection().await;
+                    upstream.set_status(ServerStatus::Failed(format!("connection lost: {e}")));
+                    Err(UpstreamError::Call {
+                        server: name,
+                        cause: format!(
+                            "the server exited or disconnected during the call ({e}); it is restarted on next use"
+                        ),
+                    })
+                } else {
+                    Err(UpstreamError::Call {
+                        server: name,
+                        cause: e.to_string(),
+                    })
+                }
+            }
+            Err(_) => Err(UpstreamError::Timeout {
+                server: name,
+                what: format!("tools/call {tool}"),
+                seconds: limit.as_secs(),
+            }),
+        }
+    }
+
+    fn timeout_for(&self, upstream: &Upstream) -> Duration {
+        upstream
+            .config
+            .timeout_seconds
+            .map(Duration::from_secs)
+            .unwrap_or(self.call_timeout)
+    }
+
+    /// Forgets every cached tool list.
+    pub fn clear_cache(&self) {
+        cache::clear(&self.cache_dir);
+    }
+
+    /// Closes every connection (stdio servers are stopped).
+    pub async fn shutdown(&self) {
+        for upstream in self.servers.values() {
+            upstream.drop_connection().await;
+        }
+    }
+}
+
+/// Turns a transport error chain into words: "connection refused" beats
+/// three layers of type names.
+fn plain_http_error(raw: &str, url: &url::Url) -> String {
+    let lower = raw.to_ascii_lowercase();
+    if lower.contains("connection refused") {
+        format!(
+            "nothing is listening at {url} (connection refused); start the server or fix its url"
+        )
+    } else if lower.contains("dns error")
+        || lower.contains("failed to lookup")
+        || lower.contains("name or service not known")
+    {
+        format!("cannot resolve the host of {url}; check the url")
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        format!("{url} did not answer in time")
+    } else if lower.contains("401") || lower.contains("unauthorized") {
+        format!("{url} refused our credentials (401); check the server's headers in the config")
+    } else {
+        // Drop rmcp's internal type names ("[rmcp::transport::...]").
+        let mut out = String::new();
+        let mut depth = 0;
+        for c in raw.chars() {
+            match c {
+                '[' => depth += 1,
+                ']' if depth > 0 => depth -= 1,
+                _ if depth == 0 => out.push(c),
+                _ => {}
+            }
+        }
+        out.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+}
