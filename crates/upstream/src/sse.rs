@@ -220,7 +220,7 @@ mod tests {
     fn parses_events_across_line_endings() {
         assert_eq!(
             find_event_end(b"event: endpoint\ndata: /m?s=1\n\nrest"),
-            Some((30, 2))
+            Some((28, 2))
         );
         assert_eq!(find_event_end(b"data: x\r\n\r\n"), Some((7, 4)));
         assert_eq!(find_event_end(b"data: partial\n"), None);
