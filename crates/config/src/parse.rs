@@ -363,6 +363,12 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 86_400, "seconds")
                         .unwrap_or(s.max_timeout_seconds)
                 }
+                "max_concurrent" => {
+                    s.max_concurrent = self
+                        .positive(&key, v, 1, 1024, "executions")
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(s.max_concurrent)
+                }
                 "disk_quota_mb" => {
                     s.disk_quota_mb = self
                         .positive(&key, v, 1, 1 << 30, "megabytes")
@@ -629,6 +635,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_timeout_seconds",
     "max_memory_mb",
     "disk_quota_mb",
+    "max_concurrent",
     "python",
     "pool_size",
     "network",

@@ -72,6 +72,9 @@ pub struct Engine {
     refill: Notify,
     sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
     executions: std::sync::atomic::AtomicU64,
+    /// Bounds executions running at once: memory and CPU of the host are
+    /// shared by every sandbox.
+    running: tokio::sync::Semaphore,
 }
 
 impl Engine {
@@ -79,12 +82,13 @@ impl Engine {
     /// or the first execution.
     pub fn new(options: EngineOptions) -> Arc<Engine> {
         Arc::new(Engine {
-            options,
             ready: OnceCell::new(),
             pool: Mutex::new(Vec::new()),
             refill: Notify::new(),
             sessions: Mutex::new(HashMap::new()),
             executions: std::sync::atomic::AtomicU64::new(0),
+            running: tokio::sync::Semaphore::new(options.sandbox.max_concurrent as usize),
+            options,
         })
     }
 
