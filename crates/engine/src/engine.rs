@@ -198,9 +198,15 @@ impl Engine {
                  in the config"
             )));
         }
+        let started = Instant::now();
+        let _permit = self
+            .running
+            .acquire()
+            .await
+            .map_err(|_| EngineError::Start("the engine is shutting down".into()))?;
         self.executions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let started = Instant::now();
+
         let message = json!({
             "type": "exec",
             "code": request.code,
