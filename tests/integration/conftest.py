@@ -17,6 +17,8 @@ BIN = Path(os.environ.get("CEM_BIN", REPO / "target" / "debug" / "code-execution
 JS = REPO / "tests" / "js"
 CLIENTS = Path(__file__).resolve().parent / "clients"
 SDK1_PYTHON = Path(os.environ.get("CEM_SDK1_PYTHON", REPO / ".test-env" / "sdk1" / "bin" / "python"))
+# mcp-server-git and mcp-server-time live in their own virtualenv.
+SERVERS_PYTHON = Path(os.environ.get("CEM_SERVERS_PYTHON", REPO / ".test-env" / "servers" / "bin" / "python"))
 
 
 def pytest_configure(config):

@@ -124,7 +124,7 @@ impl Catalog {
                 matched.push((term.as_str(), 1.0));
             }
             // Misspelt name words ("comit") still find their tool.
-            if term.len() >= 4 {
+            if term.len() >= 3 {
                 let max = if term.len() >= 8 { 2 } else { 1 };
                 for candidate in &self.name_terms {
                     if candidate != term

@@ -95,28 +95,38 @@ pub fn stem(word: &str) -> String {
     }
 }
 
-/// Levenshtein distance, giving up (returning `max + 1`) past `max`.
+/// Edit distance counting a swap of two neighbours as one edit (optimal
+/// string alignment), giving up (returning `max + 1`) past `max`: "lgo"
+/// is one edit from "log".
 pub fn edit_distance(a: &str, b: &str, max: usize) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     if a.len().abs_diff(b.len()) > max {
         return max + 1;
     }
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
-        let mut row_min = cur[0];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-            row_min = row_min.min(cur[j + 1]);
+    let width = b.len() + 1;
+    let mut d = vec![0usize; (a.len() + 1) * width];
+    for j in 0..=b.len() {
+        d[j] = j;
+    }
+    for i in 1..=a.len() {
+        d[i * width] = i;
+        let mut row_min = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[(i - 1) * width + j - 1] + cost)
+                .min(d[(i - 1) * width + j] + 1)
+                .min(d[i * width + j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[(i - 2) * width + j - 2] + 1);
+            }
+            d[i * width + j] = v;
+            row_min = row_min.min(v);
         }
         if row_min > max {
             return max + 1;
         }
-        std::mem::swap(&mut prev, &mut cur);
     }
-    prev[b.len()]
+    d[a.len() * width + b.len()]
 }
 
 #[cfg(test)]
@@ -160,5 +170,6 @@ mod tests {
         assert_eq!(edit_distance("comit", "commit", 2), 1);
         assert_eq!(edit_distance("kitten", "sitting", 3), 3);
         assert_eq!(edit_distance("a", "abcdef", 2), 3);
+        assert_eq!(edit_distance("lgo", "log", 2), 1);
     }
 }

@@ -417,7 +417,7 @@ impl Manager {
 /// three layers of type names.
 fn plain_http_error(raw: &str, url: &url::Url) -> String {
     let lower = raw.to_ascii_lowercase();
-    if lower.contains("connection refused") {
+    if lower.contains("connection refused") || lower.contains("error sending request") {
         format!(
             "nothing is listening at {url} (connection refused); start the server or fix its url"
         )
