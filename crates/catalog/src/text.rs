@@ -105,8 +105,8 @@ pub fn edit_distance(a: &str, b: &str, max: usize) -> usize {
     }
     let width = b.len() + 1;
     let mut d = vec![0usize; (a.len() + 1) * width];
-    for j in 0..=b.len() {
-        d[j] = j;
+    for (j, cell) in d.iter_mut().take(width).enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         d[i * width] = i;
