@@ -130,6 +130,48 @@ def data_processing(runs: int = 7) -> dict:
     return {"sandboxed_median_ms": round(s, 1), "bare_median_ms": round(b, 1), "ratio": round(s / b, 3), "runs": runs}
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def five_upstreams(root: Path) -> dict:
+    mcp = REPO / "tests" / "js" / "node_modules" / "@modelcontextprotocol"
+    py = os.environ.get("CEM_SERVERS_PYTHON", str(REPO / ".test-env" / "servers" / "bin" / "python"))
+    return {
+        "everything": {"command": "node", "args": [str(mcp / "server-everything" / "dist" / "index.js"), "stdio"]},
+        "git": {"command": py, "args": ["-m", "mcp_server_git"]},
+        "time": {"command": py, "args": ["-m", "mcp_server_time"]},
+        "filesystem": {"command": "node", "args": [str(mcp / "server-filesystem" / "dist" / "index.js"), str(root)]},
+        "memory": {"command": "node", "args": [str(mcp / "server-memory" / "dist" / "index.js")]},
+    }
+
+
+def first_tools_list(upstreams: dict, runs: int = 15) -> list[float]:
+    """Milliseconds from starting `serve` to the answer of its first tools/list."""
+    times = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "cfg.json"
+            config.write_text(json.dumps({"mcpServers": upstreams}))
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(
+                [str(BIN), "--config", str(config), "--data-dir", tmp, "--log-level", "error", "serve"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            )
+            for msg in [
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            ]:
+                proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+            while json.loads(proc.stdout.readline()).get("id") != 2:
+                pass
+            times.append((time.perf_counter() - t0) * 1000)
+            proc.stdin.close()
+            proc.wait(timeout=30)
+    return times
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -153,6 +195,14 @@ def main() -> None:
     report["warm_p50_over_yardstick_p50"] = round(report["warm_pool_paced"]["p50_ms"] / y, 3)
     report["no_pool_p50_over_yardstick_p50"] = round(report["no_pool_paced"]["p50_ms"] / y, 3)
     report["data_processing_1m_rows"] = data_processing()
+    with tempfile.TemporaryDirectory() as root:
+        none = first_tools_list({})
+        five = first_tools_list(five_upstreams(Path(root)))
+    report["serve_to_first_tools_list"] = {
+        "no_upstreams": summary(none),
+        "five_upstreams": summary(five),
+        "ratio_p50": round(pct(five, 0.5) / pct(none, 0.5), 3),
+    }
     print(json.dumps(report, indent=2))
 
 

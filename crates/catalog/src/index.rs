@@ -123,8 +123,10 @@ impl Catalog {
             if self.postings.contains_key(term) {
                 matched.push((term.as_str(), 1.0));
             }
-            // Misspelt name words ("comit") still find their tool.
-            if term.len() >= 3 {
+            // Misspelt name words ("comit") still find their tool. Only for
+            // words that match nothing exactly: a large vocabulary then
+            // costs nothing for ordinary queries.
+            if matched.is_empty() && term.len() >= 3 {
                 let max = if term.len() >= 8 { 2 } else { 1 };
                 for candidate in &self.name_terms {
                     if candidate != term
