@@ -135,3 +135,43 @@ fn entry(category: &str, name: &str, tool: &Value) -> Entry {
             .map(str::to_string),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_full_catalog_and_per_tool_files() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("cem-registry-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("security"))?;
+        std::fs::write(
+            dir.join("full_catalog.json"),
+            r#"{"categories": {"security": {"description": "Security", "tools": {
+                "crypto_tools": {"name": "crypto_tools", "mcp_server": "crypto-tools", "description": "Classical ciphers",
+                                 "functions": ["caesar_crack"], "use_cases": ["CTF challenges"]}}},
+                "media": {"tools": {"image_gen": {"description": "AI image generation", "functions": ["generate_image"]}}}}}"#,
+        )?;
+        std::fs::write(
+            dir.join("security/crypto_tools.json"),
+            r#"{"name": "crypto_tools", "category": "security", "description": "Classical cryptography tools", "functions": ["xor_cipher"]}"#,
+        )?;
+        let entries = load(&dir)?;
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!(
+            entries.len(),
+            2,
+            "the per-tool file replaces the catalog's entry"
+        );
+        let crypto = entries
+            .iter()
+            .find(|e| e.name == "crypto_tools")
+            .ok_or("missing")?;
+        assert_eq!(crypto.description, "Classical cryptography tools");
+        let catalog = crate::Catalog::new(entries);
+        let hit = catalog.search("xor cipher", None, 1);
+        assert_eq!(catalog.entries()[hit[0].index].name, "crypto_tools");
+        let hit = catalog.search("generate an image", None, 1);
+        assert_eq!(catalog.entries()[hit[0].index].name, "image_gen");
+        Ok(())
+    }
+}

@@ -362,12 +362,17 @@ impl Manager {
                 cause: format!("tool '{tool}' asked for interactive input, which code cannot give"),
             }),
             Ok(Err(e)) => {
-                let closed = upstream
-                    .conn
-                    .lock()
-                    .await
-                    .as_ref()
-                    .is_none_or(|s| s.is_closed());
+                // rmcp may report the closed transport before it marks the
+                // service closed; either means the server is gone.
+                let text = e.to_string().to_ascii_lowercase();
+                let closed = text.contains("transport closed")
+                    || text.contains("connection closed")
+                    || upstream
+                        .conn
+                        .lock()
+                        .await
+                        .as_ref()
+                        .is_none_or(|s| s.is_closed());
                 if closed {
                     upstream.drop_connection().await;
                     upstream.set_status(ServerStatus::Failed(format!("connection lost: {e}")));

@@ -1,0 +1,97 @@
+//! The manager against a real (fault-injection) MCP server: per-call
+//! timeouts, restart after a crash, tool-list changes.
+//!
+//! Needs the Python SDK 1.x: scripts/test sets CEM_SDK1_PYTHON. Run alone,
+//! without it, the test says so and fails rather than passing vacuously.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cem_config::{Config, ServerConfig, Transport};
+use cem_upstream::{Manager, UpstreamError};
+
+fn fault_server() -> Result<(Config, tempfile::TempDir), String> {
+    let python = std::env::var("CEM_SDK1_PYTHON").map_err(|_| {
+        "set CEM_SDK1_PYTHON to a python with the MCP SDK 1.x (scripts/test does)".to_string()
+    })?;
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/integration/servers/fault_server.py");
+    let mut config = Config::default();
+    config.upstream.timeout_seconds = 10;
+    config.servers.insert(
+        "fault".into(),
+        ServerConfig {
+            name: "fault".into(),
+            transport: Transport::Stdio {
+                command: python,
+                args: vec![script.display().to_string()],
+                env: Default::default(),
+                cwd: None,
+            },
+            disabled: false,
+            timeout_seconds: None,
+        },
+    );
+    let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
+    Ok((config, cache))
+}
+
+fn text(result: &cem_upstream::CallToolResult) -> String {
+    serde_json::to_string(&result.content).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn timeouts_crashes_and_list_changes() -> Result<(), Box<dyn std::error::Error>> {
+    let (config, cache) = fault_server()?;
+    let manager = Manager::new(&config, cache.path().to_path_buf());
+
+    let first = manager.call("fault", "ok", None, None).await?;
+    assert!(text(&first).contains("ok from"), "{}", text(&first));
+
+    // A per-call timeout stops waiting; the server keeps serving.
+    let mut args = serde_json::Map::new();
+    args.insert("seconds".into(), serde_json::json!(5));
+    let late = manager
+        .call(
+            "fault",
+            "sleep",
+            Some(args),
+            Some(Duration::from_millis(300)),
+        )
+        .await;
+    assert!(
+        matches!(late, Err(UpstreamError::Timeout { .. })),
+        "{late:?}"
+    );
+    assert!(manager.call("fault", "ok", None, None).await.is_ok());
+
+    // A crash mid-call is an error naming the server; the next use restarts it.
+    let crashed = manager.call("fault", "crash", None, None).await;
+    let message = crashed.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("'fault'") && message.contains("restarted on next use"),
+        "{message}"
+    );
+    let again = manager.call("fault", "ok", None, None).await?;
+    assert_ne!(text(&again), text(&first), "a new process answers");
+
+    // notifications/tools/list_changed wakes the catalog and refreshes the list.
+    let before = manager.tools("fault", false).await?;
+    assert!(!before.iter().any(|t| t.name == "brand_new"));
+    let changed = manager.changed();
+    let notified = changed.notified();
+    let mut args = serde_json::Map::new();
+    args.insert("name".into(), serde_json::json!("brand_new"));
+    manager.call("fault", "add_tool", Some(args), None).await?;
+    tokio::time::timeout(Duration::from_secs(5), notified).await?;
+    let after = manager.tools("fault", false).await?;
+    assert!(
+        after.iter().any(|t| t.name == "brand_new"),
+        "the cached list was replaced"
+    );
+
+    let unknown = manager.call("nope", "x", None, None).await;
+    assert!(matches!(unknown, Err(UpstreamError::UnknownServer(_))));
+    manager.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,44 @@
+"""A fault-injection MCP server (Python SDK 1.x FastMCP) for the upstream tests.
+
+Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
+answers late; add_tool(name) registers a new tool and announces
+notifications/tools/list_changed.
+"""
+
+import asyncio
+import os
+
+from mcp.server.fastmcp import Context, FastMCP
+
+server = FastMCP("fault")
+
+
+@server.tool()
+def ok() -> str:
+    """Answers at once."""
+    return f"ok from {os.getpid()}"
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the process in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Answers after `seconds`."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` and tells the client the list changed."""
+    server.add_tool(lambda: name, name=name, description=f"dynamically added {name}")
+    await ctx.session.send_tool_list_changed()
+    return "added"
+
+
+if __name__ == "__main__":
+    server.run()
