@@ -286,3 +286,13 @@ async def test_search_quality_top3(data_dir: Path, tmp_path: Path):
                 misses.append((query, expected, found["tools"]))
     assert len(QUERIES) >= 30
     assert not misses, "\n".join(f"{q!r}: wanted {e}, got {got}" for q, e, got in misses)
+
+
+async def test_a_server_that_only_speaks_2024_11_05_and_paginates(data_dir: Path, tmp_path: Path):
+    old = str(Path(__file__).parent / "servers" / "old_protocol_server.py")
+    servers = {"old": {"command": sys.executable, "args": [old]}}
+    async with Client(params_for(data_dir, tmp_path, servers)) as client:
+        cats = {c["name"]: c for c in (await call(client, "list_tool_categories", {}))["categories"]}
+        assert cats["old"]["state"] == "connected" and cats["old"]["tools"] == 2, "both pages were followed"
+        found = await call(client, "search_tools", {"query": "upper case a string", "detail_level": "name"})
+        assert found["tools"][0] == "old.old_upper"
