@@ -296,3 +296,16 @@ async def test_a_server_that_only_speaks_2024_11_05_and_paginates(data_dir: Path
         assert cats["old"]["state"] == "connected" and cats["old"]["tools"] == 2, "both pages were followed"
         found = await call(client, "search_tools", {"query": "upper case a string", "detail_level": "name"})
         assert found["tools"][0] == "old.old_upper"
+
+
+def test_doctor_reports_each_upstream(data_dir: Path, tmp_path: Path):
+    servers = {"time": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_time"]},
+               "missing": {"command": "cem-no-such-server-binary"},
+               "off": {"command": "whatever", "disabled": True}}
+    config = tmp_path / "mcp_config.json"
+    config.write_text(json.dumps({"mcpServers": servers}))
+    out = run_cli("--config", str(config), "--data-dir", str(data_dir), "--log-level", "error", "doctor", timeout=120)
+    lines = out.stdout.splitlines()
+    assert "ok    upstream  time: 2 tools" in lines, out.stdout
+    assert any(l.startswith("warn  upstream") and "'missing'" in l and "not found" in l for l in lines), out.stdout
+    assert "ok    upstream  off: disabled" in lines, out.stdout

@@ -78,6 +78,9 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| cem_config::SandboxConfig::default().python);
     checks.push(python_check(&python));
 
+    if let Some(config) = &config {
+        checks.extend(upstream_checks(cli, config));
+    }
     let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
     checks.extend(sandbox_checks(&python, allow_unsandboxed));
 
@@ -251,4 +254,50 @@ fn tempdir() -> std::io::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("cem-doctor-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// Starts (or reaches) every enabled upstream and lists its tools.
+fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
+    if config.servers.is_empty() {
+        return Vec::new();
+    }
+    let Ok(data_dir) = setup::data_dir(cli) else {
+        return Vec::new();
+    };
+    let Ok(runtime) = tokio::runtime::Runtime::new() else {
+        return vec![Check {
+            name: "upstream",
+            status: Status::Fail,
+            detail: "cannot start the async runtime".into(),
+        }];
+    };
+    let manager = cem_upstream::Manager::new(config, data_dir.join("cache").join("tools"));
+    let results = runtime.block_on(async {
+        let r = manager.all_tools(true).await;
+        manager.shutdown().await;
+        r
+    });
+    let mut checks: Vec<Check> = results
+        .into_iter()
+        .map(|(server, result)| match result {
+            Ok(tools) => Check {
+                name: "upstream",
+                status: Status::Ok,
+                detail: format!("{server}: {} tools", tools.len()),
+            },
+            Err(e) => Check {
+                name: "upstream",
+                status: Status::Warn,
+                detail: e.to_string(),
+            },
+        })
+        .collect();
+    for s in config.servers.values().filter(|s| s.disabled) {
+        checks.push(Check {
+            name: "upstream",
+            status: Status::Ok,
+            detail: format!("{}: disabled", s.name),
+        });
+    }
+    checks
 }
