@@ -1,10 +1,12 @@
-//! `exec`: one snippet through the same engine as execute_code.
+//! `exec`: one snippet through the same engine and tools as execute_code.
 
 use std::io::Read;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
-use cem_engine::{Engine, EngineOptions, ExecRequest};
+use cem_engine::ExecRequest;
+use cem_server::{AppState, ToolSet};
 
 use crate::args::{Cli, ExecArgs};
 use crate::setup;
@@ -27,27 +29,30 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
         args.code.clone()
     };
     let data_dir = setup::data_dir(cli)?;
-    let workspace = cem_store::Workspace::open_owned(
-        &data_dir.join("workspace"),
-        loaded.config.workspace.max_file_bytes,
-        cem_sandbox::sandbox_owner(),
-    )?;
-    let mut sandbox = loaded.config.sandbox.clone();
+    let mut config = loaded.config;
     // One snippet needs no warm pool.
-    sandbox.pool_size = 0;
-    let engine = Engine::new(EngineOptions {
-        data_dir: data_dir.clone(),
-        workspace: workspace.root().to_path_buf(),
-        sandbox,
-        exe: std::env::current_exe().context("cannot find our own executable")?,
-    });
+    config.sandbox.pool_size = 0;
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let state = Arc::new(AppState::open(
+        config,
+        loaded.located.map(|l| l.path),
+        &data_dir,
+        ToolSet::Full,
+        exe,
+    )?);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    let answer = runtime.block_on(engine.execute(ExecRequest {
-        code,
-        timeout_seconds: args.timeout,
-        memory_mb: args.memory,
-        ..Default::default()
-    }));
+    let answer = runtime.block_on(async {
+        let bridge = cem_server::bridge::ToolBridge::shared(state.clone());
+        let request = ExecRequest {
+            code,
+            timeout_seconds: args.timeout,
+            memory_mb: args.memory,
+            ..Default::default()
+        };
+        let answer = state.engine.execute(request, Some(bridge)).await;
+        state.catalog.manager().shutdown().await;
+        answer
+    });
     match answer {
         Ok(answer) => {
             println!("{}", serde_json::to_string_pretty(&answer)?);

@@ -10,6 +10,9 @@ and answers with the seed's fields.
 import ast
 import asyncio
 import builtins
+import itertools
+import queue
+import threading
 import collections
 import datetime as _datetime_module
 import io
@@ -49,11 +52,151 @@ WORKSPACE = os.getcwd()
 CODE_FILENAME = "<code>"
 
 
+_SEND_LOCK = threading.Lock()
+
+
 def _send(message):
     if os.getpid() != _MAIN_PID:
         return
-    _BRIDGE_OUT.write(json.dumps(message, default=str) + "\n")
-    _BRIDGE_OUT.flush()
+    line = json.dumps(message, default=str) + "\n"
+    with _SEND_LOCK:
+        _BRIDGE_OUT.write(line)
+        _BRIDGE_OUT.flush()
+
+
+# --- the bridge: tool calls answered by the host ---------------------------------
+
+_REQUESTS = queue.Queue()
+_PENDING = {}
+_PENDING_LOCK = threading.Lock()
+_IDS = itertools.count(1)
+
+
+class ToolError(Exception):
+    """A tool call failed: `server`, `tool` and the upstream's `message`."""
+
+    def __init__(self, server, tool, message):
+        self.server, self.tool, self.message = server, tool, message
+        where = f"{server}.{tool}" if server else tool
+        super().__init__(f"{where}: {message}")
+
+
+def _reader():
+    # Routes the host's lines: executions to the main loop, answers to
+    # whoever waits for them (a thread or an asyncio future).
+    for line in _BRIDGE_IN:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if message.get("type") == "answer":
+            with _PENDING_LOCK:
+                waiter = _PENDING.pop(message.get("id"), None)
+            if waiter is not None:
+                waiter(message)
+        else:
+            _REQUESTS.put(message)
+    _REQUESTS.put({"type": "exit"})
+
+
+def _ask(kind, payload, waiter):
+    request_id = next(_IDS)
+    with _PENDING_LOCK:
+        _PENDING[request_id] = waiter
+    _send({"type": kind, "id": request_id, **payload})
+
+
+def _outcome(message, tool):
+    if message.get("ok"):
+        return message.get("value")
+    error = message.get("error") or {}
+    server, _, name = tool.replace("__", ".", 1).partition(".")
+    raise ToolError(error.get("server") or server, error.get("tool") or name or tool, error.get("message", "failed"))
+
+
+def call_tool(tool, arguments=None, timeout=None):
+    """Calls an upstream tool ("server.tool" or "server__tool") and returns its result."""
+    done = threading.Event()
+    box = {}
+
+    def waiter(message):
+        box["message"] = message
+        done.set()
+
+    _ask("call", {"tool": tool, "arguments": arguments or {}}, waiter)
+    if not done.wait(timeout):
+        raise ToolError("", tool, f"no answer within {timeout} s")
+    return _outcome(box["message"], tool)
+
+
+async def call_tool_async(tool, arguments=None):
+    """Like call_tool, awaitable: calls gathered with asyncio.gather run concurrently on the host."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def waiter(message):
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(message))
+
+    _ask("call", {"tool": tool, "arguments": arguments or {}}, waiter)
+    return _outcome(await future, tool)
+
+
+def search_tools(query, category=None, detail_level="summary", limit=10):
+    """Searches the tool catalog: the same answer as the search_tools MCP tool."""
+    done = threading.Event()
+    box = {}
+
+    def waiter(message):
+        box["message"] = message
+        done.set()
+
+    args = {"query": query, "detail_level": detail_level, "limit": limit}
+    if category:
+        args["category"] = category
+    _ask("search", {"arguments": args}, waiter)
+    done.wait()
+    message = box["message"]
+    if not message.get("ok"):
+        raise ToolError("", "search_tools", (message.get("error") or {}).get("message", "failed"))
+    return message.get("value")
+
+
+class _Server:
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, tool):
+        if tool.startswith("__"):
+            raise AttributeError(tool)
+
+        def invoke(**arguments):
+            return call_tool(f"{self._name}.{tool}", arguments)
+
+        invoke.__name__ = tool
+        return invoke
+
+
+class _Tools:
+    """tools.<server>.<tool>(**kwargs): any upstream tool, by attribute."""
+
+    def __getattr__(self, server):
+        if server.startswith("__"):
+            raise AttributeError(server)
+        return _Server(server)
+
+
+tools = _Tools()
+
+# The module the generated /servers wrappers import.
+_cem_tools = type(sys)("cem_tools")
+_cem_tools.call_tool = call_tool
+_cem_tools.call_tool_async = call_tool_async
+_cem_tools.search_tools = search_tools
+_cem_tools.ToolError = ToolError
+sys.modules["cem_tools"] = _cem_tools
+# /servers (the generated wrappers) is importable as the package `servers`.
+if "/" not in sys.path:
+    sys.path.append("/")
 
 
 class _Capture(io.TextIOBase):
@@ -216,6 +359,11 @@ def _namespace():
         "summarize_list": summarize_list,
         "aggregate_stats": aggregate_stats,
         "format_output": format_output,
+        "call_tool": call_tool,
+        "call_tool_async": call_tool_async,
+        "search_tools": search_tools,
+        "tools": tools,
+        "ToolError": ToolError,
     }
     return ns
 
@@ -291,13 +439,10 @@ def _run(request, ns):
 
 def main():
     ns = _namespace()
+    threading.Thread(target=_reader, name="cem-bridge", daemon=True).start()
     _send({"type": "ready", "pid": os.getpid()})
-    for line in _BRIDGE_IN:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            _send({"type": "error", "error": "runtime received a line that is not JSON"})
-            continue
+    while True:
+        request = _REQUESTS.get()
         kind = request.get("type")
         if kind == "exec":
             _send(_run(request, ns))

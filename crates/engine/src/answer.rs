@@ -13,6 +13,12 @@ pub struct ExecAnswer {
     pub result: Value,
     pub output: String,
     pub execution_time_ms: u64,
+    /// Upstream tool calls the code made.
+    pub tool_calls: u64,
+    /// o200k tokens of the tool results that stayed in the sandbox against
+    /// the tokens of this answer (when the code called tools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

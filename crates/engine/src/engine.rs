@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell};
 
 use crate::answer::ExecAnswer;
-use crate::process::{Interp, Launch};
+use crate::bridge::Bridge;
+use crate::process::{CallStats, Interp, Launch};
 use crate::{EngineError, runtime};
 
 /// Processes and threads one sandbox may run.
@@ -20,6 +21,8 @@ const PROCESSES: u64 = 128;
 const MAX_SESSION_ID: usize = 128;
 /// Sessions alive at once.
 const MAX_SESSIONS: usize = 64;
+/// Tool calls one execution may make.
+const MAX_TOOL_CALLS: u64 = 1000;
 
 /// How the engine runs code on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,8 +165,12 @@ impl Engine {
         }
     }
 
-    /// Runs one request.
-    pub async fn execute(&self, request: ExecRequest) -> Result<ExecAnswer, EngineError> {
+    /// Runs one request; `bridge` (if any) serves the code's tool calls.
+    pub async fn execute(
+        &self,
+        request: ExecRequest,
+        bridge: Option<Arc<dyn Bridge>>,
+    ) -> Result<ExecAnswer, EngineError> {
         let cfg = &self.options.sandbox;
         let timeout_s = request.timeout_seconds.unwrap_or(cfg.timeout_seconds);
         if !(1..=cfg.max_timeout_seconds).contains(&timeout_s) {
@@ -216,10 +223,19 @@ impl Engine {
         });
         let timeout = Duration::from_secs(timeout_s);
         let cap = cfg.max_output_chars as usize;
+        let mut stats = CallStats::new(MAX_TOOL_CALLS);
         let mut answer = match &request.session_id {
             None => {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
-                let outcome = interp.exchange(&message, timeout, &ready.launch).await;
+                let outcome = interp
+                    .exchange(
+                        &message,
+                        timeout,
+                        &ready.launch,
+                        bridge.as_ref(),
+                        &mut stats,
+                    )
+                    .await;
                 // One execution per interpreter: never reused.
                 tokio::spawn(async move { interp.kill().await });
                 match outcome {
@@ -236,11 +252,18 @@ impl Engine {
                     &message,
                     timeout,
                     timeout_s,
+                    bridge.as_ref(),
+                    &mut stats,
                 )
                 .await?
             }
         };
         answer.execution_time_ms = started.elapsed().as_millis() as u64;
+        answer.tool_calls = stats.calls;
+        if stats.calls > 0 {
+            let results = stats.results.lock().map(|r| r.clone()).unwrap_or_default();
+            answer.tokens = Some(crate::tokens::account(&results, &answer));
+        }
         answer.session_id = request.session_id;
         if let SandboxMode::Unsandboxed { reason } = &ready.mode {
             answer.warning = Some(format!("this code ran WITHOUT a sandbox ({reason})"));
@@ -258,6 +281,8 @@ impl Engine {
         message: &Value,
         timeout: Duration,
         timeout_s: u64,
+        bridge: Option<&Arc<dyn Bridge>>,
+        stats: &mut CallStats,
     ) -> Result<ExecAnswer, EngineError> {
         let session = {
             let mut sessions = self.sessions.lock().await;
@@ -296,7 +321,9 @@ impl Engine {
         let Some(interp) = session.interp.as_mut() else {
             return Err(EngineError::Start("the session has no interpreter".into()));
         };
-        let outcome = interp.exchange(message, timeout, &ready.launch).await;
+        let outcome = interp
+            .exchange(message, timeout, &ready.launch, bridge, stats)
+            .await;
         let mut answer = match outcome {
             Ok(msg) => {
                 ExecAnswer::from_runtime(&msg, self.options.sandbox.max_output_chars as usize)

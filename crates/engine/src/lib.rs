@@ -9,11 +9,14 @@
 //! allows running unsandboxed, and then says so in every answer.
 
 mod answer;
+mod bridge;
 mod engine;
 mod process;
 mod runtime;
+mod tokens;
 
 pub use answer::ExecAnswer;
+pub use bridge::{BoxFuture, Bridge, CallError};
 pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode};
 
 /// Why an execution could not even start.

@@ -11,7 +11,9 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use crate::bridge::Bridge;
 use crate::runtime::RUNTIME_TARGET;
+use serde_json::json;
 
 /// Longest line accepted from the runtime (answers are capped well below).
 const MAX_LINE: usize = 32 << 20;
@@ -70,13 +72,66 @@ pub enum Failure {
     },
 }
 
+/// Tool calls made by one execution.
+pub struct CallStats {
+    pub calls: u64,
+    pub max_calls: u64,
+    /// The JSON of every successful result (for token accounting).
+    pub results: Arc<Mutex<Vec<String>>>,
+}
+
+impl CallStats {
+    pub fn new(max_calls: u64) -> Self {
+        Self {
+            calls: 0,
+            max_calls,
+            results: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+}
+
+/// Reads the runtime's stdout line by line into a channel.
+fn spawn_reader(stdout: ChildStdout) -> tokio::sync::mpsc::Receiver<Result<Value, String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut reader = BufReader::new(stdout);
+        loop {
+            let mut buf = Vec::new();
+            let n = match (&mut reader)
+                .take(MAX_LINE as u64)
+                .read_until(b'\n', &mut buf)
+                .await
+            {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+            if n == 0 {
+                return;
+            }
+            let item = if !buf.ends_with(b"\n") {
+                Err(format!("the runtime sent a line over {MAX_LINE} bytes"))
+            } else {
+                serde_json::from_slice(&buf)
+                    .map_err(|e| format!("the runtime sent invalid JSON: {e}"))
+            };
+            let stop = item.is_err();
+            if tx.send(item).await.is_err() || stop {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// A started interpreter that has said it is ready.
 pub struct Interp {
     child: Child,
     watch: Arc<DiskWatch>,
     watchdog: Option<tokio::task::JoinHandle<()>>,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// Lines from the runtime, parsed by a reader task (so waiting for one
+    /// can be cancelled without losing half a line).
+    messages: tokio::sync::mpsc::Receiver<Result<Value, String>>,
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
@@ -180,7 +235,7 @@ impl Interp {
             watch,
             watchdog,
             stdin,
-            stdout: BufReader::new(stdout),
+            messages: spawn_reader(stdout),
             stderr: tail,
             cgroup,
             memory_mb,
@@ -211,11 +266,13 @@ impl Interp {
         request: &Value,
         timeout: Duration,
         launch: &Launch,
+        bridge: Option<&Arc<dyn Bridge>>,
+        stats: &mut CallStats,
     ) -> Result<Value, Failure> {
         if let Ok(mut b) = self.watch.baseline.lock() {
             *b = cem_sandbox::free_disk(&launch.workspace);
         }
-        let outcome = self.exchange_inner(request, timeout).await;
+        let outcome = self.exchange_inner(request, timeout, bridge, stats).await;
         match self.watch.tripped.lock().ok().and_then(|t| *t) {
             Some(used_mb) => Err(Failure::Disk { used_mb }),
             None => outcome,
@@ -226,43 +283,126 @@ impl Interp {
         &mut self,
         request: &Value,
         timeout: Duration,
+        bridge: Option<&Arc<dyn Bridge>>,
+        stats: &mut CallStats,
     ) -> Result<Value, Failure> {
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut line = serde_json::to_vec(request).map_err(|e| Failure::Protocol(e.to_string()))?;
         line.push(b'\n');
-        let work = async {
-            if self.stdin.write_all(&line).await.is_err() || self.stdin.flush().await.is_err() {
-                return Err(self.died().await);
-            }
-            self.read_message().await
-        };
-        match tokio::time::timeout(timeout, work).await {
-            Ok(result) => result,
-            Err(_) => {
-                self.kill().await;
-                Err(Failure::Timeout)
+        if self.stdin.write_all(&line).await.is_err() || self.stdin.flush().await.is_err() {
+            return Err(self.died().await);
+        }
+        // Answers of tool calls running on the host, to write back in any order.
+        let (answers_tx, mut answers) = tokio::sync::mpsc::channel::<Value>(256);
+        enum Step {
+            Message(Option<Result<Value, String>>),
+            Answer(Value),
+            TimedOut,
+        }
+        loop {
+            let step = tokio::select! {
+                m = self.messages.recv() => Step::Message(m),
+                Some(a) = answers.recv() => Step::Answer(a),
+                () = tokio::time::sleep_until(deadline) => Step::TimedOut,
+            };
+            match step {
+                Step::TimedOut => {
+                    self.kill().await;
+                    return Err(Failure::Timeout);
+                }
+                Step::Answer(answer) => {
+                    let mut out = serde_json::to_vec(&answer)
+                        .map_err(|e| Failure::Protocol(e.to_string()))?;
+                    out.push(b'\n');
+                    if self.stdin.write_all(&out).await.is_err()
+                        || self.stdin.flush().await.is_err()
+                    {
+                        return Err(self.died().await);
+                    }
+                }
+                Step::Message(None) => return Err(self.died().await),
+                Step::Message(Some(Err(problem))) => {
+                    self.kill().await;
+                    return Err(Failure::Protocol(problem));
+                }
+                Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
+                    Some("result") => return Ok(msg),
+                    Some(kind @ ("call" | "search")) => {
+                        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+                        let tx = answers_tx.clone();
+                        let over_limit = kind == "call" && stats.calls >= stats.max_calls;
+                        if kind == "call" {
+                            stats.calls += 1;
+                        }
+                        let Some(bridge) = bridge.cloned().filter(|_| !over_limit) else {
+                            let why = if over_limit {
+                                format!(
+                                    "more than {} tool calls in one execution; batch the work or split it over calls",
+                                    stats.max_calls
+                                )
+                            } else {
+                                "no tools are available to this execution".to_string()
+                            };
+                            let _ = tx.send(json!({"type": "answer", "id": id, "ok": false, "error": {"message": why}})).await;
+                            continue;
+                        };
+                        let results = stats.results.clone();
+                        if kind == "call" {
+                            let tool = msg
+                                .get("tool")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string();
+                            let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
+                            tokio::spawn(async move {
+                                let answer = match bridge.call(tool, arguments).await {
+                                    Ok(value) => {
+                                        if let Ok(mut r) = results.lock() {
+                                            r.push(value.to_string());
+                                        }
+                                        json!({"type": "answer", "id": id, "ok": true, "value": value})
+                                    }
+                                    Err(e) => json!({"type": "answer", "id": id, "ok": false,
+                                                     "error": {"server": e.server, "tool": e.tool, "message": e.message}}),
+                                };
+                                let _ = tx.send(answer).await;
+                            });
+                        } else {
+                            let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
+                            tokio::spawn(async move {
+                                let answer = match bridge.search(arguments).await {
+                                    Ok(value) => {
+                                        json!({"type": "answer", "id": id, "ok": true, "value": value})
+                                    }
+                                    Err(e) => {
+                                        json!({"type": "answer", "id": id, "ok": false, "error": {"message": e}})
+                                    }
+                                };
+                                let _ = tx.send(answer).await;
+                            });
+                        }
+                    }
+                    _ => {
+                        self.kill().await;
+                        return Err(Failure::Protocol(
+                            "the runtime sent an unknown message".into(),
+                        ));
+                    }
+                },
             }
         }
     }
 
     /// Reads one JSON line from the runtime.
     async fn read_message(&mut self) -> Result<Value, Failure> {
-        let mut buf = Vec::new();
-        let n = (&mut self.stdout)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut buf)
-            .await
-            .map_err(|e| Failure::Protocol(e.to_string()))?;
-        if n == 0 {
-            return Err(self.died().await);
+        match self.messages.recv().await {
+            Some(Ok(msg)) => Ok(msg),
+            Some(Err(problem)) => {
+                self.kill().await;
+                Err(Failure::Protocol(problem))
+            }
+            None => Err(self.died().await),
         }
-        if !buf.ends_with(b"\n") {
-            self.kill().await;
-            return Err(Failure::Protocol(format!(
-                "the runtime sent a line over {MAX_LINE} bytes"
-            )));
-        }
-        serde_json::from_slice(&buf)
-            .map_err(|e| Failure::Protocol(format!("the runtime sent invalid JSON: {e}")))
     }
 
     async fn died(&mut self) -> Failure {

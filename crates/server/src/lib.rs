@@ -8,6 +8,7 @@
 //! Shared, process-wide state lives in [`AppState`]; each MCP session gets
 //! its own handler value, so per-session state never crosses sessions.
 
+pub mod bridge;
 pub mod discovery;
 mod handler;
 mod http;

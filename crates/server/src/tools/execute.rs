@@ -40,7 +40,14 @@ const ARGS: &[&str] = &[
 pub async fn execute(state: &Arc<AppState>, args: Args) -> Answer {
     match request(&args) {
         Err(failure) => Answer::Plain(Err(failure)),
-        Ok(request) => match state.engine.execute(request).await {
+        Ok(request) => match state
+            .engine
+            .execute(
+                request,
+                Some(crate::bridge::ToolBridge::shared(state.clone())),
+            )
+            .await
+        {
             Ok(answer) => {
                 let is_error = !answer.success;
                 let body = serde_json::to_value(&answer)

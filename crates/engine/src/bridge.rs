@@ -1,0 +1,25 @@
+//! What sandboxed code may ask of the host during an execution: calling
+//! upstream tools and searching the catalog. The engine only relays; the
+//! server implements [`Bridge`] with the upstream manager and the catalog.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::Value;
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A failed tool call, as the code's `ToolError` sees it.
+#[derive(Debug, Clone)]
+pub struct CallError {
+    pub server: String,
+    pub tool: String,
+    pub message: String,
+}
+
+pub trait Bridge: Send + Sync {
+    /// Calls `tool` ("server.tool" or "server__tool") with `arguments`.
+    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>>;
+    /// search_tools from code: the same answer as the MCP tool.
+    fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+}

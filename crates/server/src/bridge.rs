@@ -1,0 +1,180 @@
+//! The host side of tool calls from sandboxed code: routes "server.tool"
+//! through the upstream manager and turns MCP results into Python values.
+//! Credentials never cross: the sandbox sends names and arguments, and
+//! gets back results; the upstream's env and headers stay here.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use cem_catalog::python::alias;
+use cem_engine::{BoxFuture, Bridge, CallError};
+use serde_json::{Value, json};
+
+use crate::AppState;
+
+/// Results larger than this (as JSON) are refused with advice.
+const MAX_RESULT_BYTES: usize = 16 << 20;
+/// Binary content above this many bytes is written to the workspace.
+const INLINE_BINARY: usize = 64 << 10;
+
+pub struct ToolBridge {
+    state: Arc<AppState>,
+}
+
+impl ToolBridge {
+    pub fn shared(state: Arc<AppState>) -> Arc<dyn Bridge> {
+        Arc::new(ToolBridge { state })
+    }
+}
+
+impl Bridge for ToolBridge {
+    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>> {
+        let state = self.state.clone();
+        Box::pin(async move { call(&state, &tool, arguments).await })
+    }
+
+    fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let args = crate::tools::Args::new(arguments.as_object().cloned());
+            match crate::tools::call(&state, "search_tools", args).await {
+                Some(crate::tools::Answer::Plain(Ok(v))) => Ok(v),
+                Some(crate::tools::Answer::Plain(Err(e))) => Err(e.0),
+                _ => Err("search is unavailable".into()),
+            }
+        })
+    }
+}
+
+async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Value, CallError> {
+    let fail = |server: &str, name: &str, message: String| CallError {
+        server: server.into(),
+        tool: name.into(),
+        message,
+    };
+    let Some((server, name)) = tool.split_once("__").or_else(|| tool.split_once('.')) else {
+        return Err(fail(
+            "",
+            tool,
+            format!("'{tool}' is not a tool name; use \"server.tool\" (search_tools finds them)"),
+        ));
+    };
+    let manager = state.catalog.manager();
+    let upstream = manager
+        .get(server)
+        .map_err(|e| fail(server, name, e.to_string()))?;
+    let server = upstream.config.name.clone();
+    // `get_sum` from Python means the upstream's `get-sum`.
+    let built = state.catalog.get().await;
+    let name = built
+        .catalog
+        .entries()
+        .iter()
+        .find(|e| e.category == server && (e.name == name || alias(&e.name) == alias(name)))
+        .map(|e| e.name.clone())
+        .unwrap_or_else(|| name.to_string());
+    let arguments = match arguments {
+        Value::Null => None,
+        Value::Object(map) => Some(map),
+        other => {
+            return Err(fail(
+                &server,
+                &name,
+                format!("arguments must be a dict, got {other}"),
+            ));
+        }
+    };
+    let result = manager
+        .call(&server, &name, arguments, None)
+        .await
+        .map_err(|e| fail(&server, &name, e.to_string()))?;
+    let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
+    if result.is_error == Some(true) {
+        return Err(fail(
+            &server,
+            &name,
+            text_of(&content).unwrap_or_else(|| content.to_string()),
+        ));
+    }
+    let value = match result.structured_content {
+        Some(structured) => structured,
+        None => convert(state, &content),
+    };
+    let size = value.to_string().len();
+    if size > MAX_RESULT_BYTES {
+        return Err(fail(
+            &server,
+            &name,
+            format!(
+                "the result is {size} bytes, over the {MAX_RESULT_BYTES}-byte limit; ask the tool for less (filters, pages)"
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// All text blocks joined, when every block is text.
+fn text_of(content: &Value) -> Option<String> {
+    let blocks = content.as_array()?;
+    let texts: Option<Vec<&str>> = blocks
+        .iter()
+        .map(|b| (b["type"] == "text").then(|| b["text"].as_str()).flatten())
+        .collect();
+    texts.map(|t| t.join("\n"))
+}
+
+/// Text content (decoded when it is JSON), else the blocks, with large
+/// binary data written to the workspace and replaced by its path.
+fn convert(state: &Arc<AppState>, content: &Value) -> Value {
+    if let Some(text) = text_of(content) {
+        return serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text));
+    }
+    let blocks = content.as_array().cloned().unwrap_or_default();
+    Value::Array(blocks.into_iter().map(|b| binary_block(state, b)).collect())
+}
+
+fn binary_block(state: &Arc<AppState>, mut block: Value) -> Value {
+    let Some(data) = block
+        .get("data")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return block;
+    };
+    if data.len() <= INLINE_BINARY {
+        return block;
+    }
+    let mime = block
+        .get("mimeType")
+        .and_then(Value::as_str)
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let ext = mime
+        .rsplit('/')
+        .next()
+        .unwrap_or("bin")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>();
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(data.as_bytes()) else {
+        return block;
+    };
+    let name = format!("tool-output/{}-{}.{ext}", std::process::id(), next_id());
+    match state.workspace.write(&name, &bytes) {
+        Ok(written) => {
+            if let Some(obj) = block.as_object_mut() {
+                obj.remove("data");
+                obj.insert("path".into(), json!(written.path));
+                obj.insert("size".into(), json!(written.size));
+            }
+            block
+        }
+        Err(_) => block,
+    }
+}
+
+fn next_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
