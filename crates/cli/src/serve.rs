@@ -45,6 +45,8 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // first tools/list does not wait for it.
         state.engine.warm_up();
         state.catalog.watch_changes();
+        let wrappers = state.catalog.clone();
+        tokio::spawn(async move { wrappers.write_cached_wrappers().await });
         let engine = state.engine.clone();
         let catalog = state.catalog.clone();
         match args.http {

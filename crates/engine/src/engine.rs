@@ -43,6 +43,8 @@ pub struct EngineOptions {
     pub sandbox: SandboxConfig,
     /// Our own binary (the sandbox launcher).
     pub exe: PathBuf,
+    /// More read-only binds: (host path, path inside), e.g. the wrappers.
+    pub extra_ro: Vec<(PathBuf, PathBuf)>,
 }
 
 /// One execute_code call.
@@ -477,6 +479,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         unsandboxed: matches!(mode, SandboxMode::Unsandboxed { .. }),
         use_cgroups,
         disk_quota_bytes: cfg.disk_quota_mb << 20,
+        extra_ro: options.extra_ro.clone(),
     };
     Ok(Ready {
         launch,

@@ -36,6 +36,8 @@ pub struct Launch {
     pub use_cgroups: bool,
     /// Disk space one exchange may use up before it is stopped.
     pub disk_quota_bytes: u64,
+    /// More read-only binds (host path, path inside).
+    pub extra_ro: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The disk watchdog also stops an execution when free space falls this low.
@@ -172,6 +174,14 @@ impl Interp {
                 source: launch.runtime_dir.clone(),
                 target: RUNTIME_TARGET.into(),
             });
+            for (source, target) in &launch.extra_ro {
+                if source.is_dir() {
+                    binds.push(Bind {
+                        source: source.clone(),
+                        target: target.clone(),
+                    });
+                }
+            }
             let spec = Spec {
                 program: launch.layout.executable.clone(),
                 // argv[0] must be the path itself: Python finds its prefix

@@ -17,15 +17,66 @@ pub struct Built {
 pub struct CatalogService {
     manager: Arc<Manager>,
     registry: Vec<Entry>,
+    /// Where the Python wrappers go (`<dir>/servers/...`), refreshed after
+    /// every build so sandboxed code can import what it can call.
+    wrappers_dir: Option<std::path::PathBuf>,
     current: RwLock<Option<Arc<Built>>>,
 }
 
 impl CatalogService {
-    pub fn new(manager: Arc<Manager>, registry: Vec<Entry>) -> Self {
+    pub fn new(
+        manager: Arc<Manager>,
+        registry: Vec<Entry>,
+        wrappers_dir: Option<std::path::PathBuf>,
+    ) -> Self {
         Self {
             manager,
             registry,
+            wrappers_dir,
             current: RwLock::new(None),
+        }
+    }
+
+    /// Writes wrappers for the tools known from the disk cache, without
+    /// starting any upstream (called at start-up).
+    pub async fn write_cached_wrappers(&self) {
+        let entries: Vec<Entry> = self
+            .manager
+            .servers()
+            .filter(|u| !u.config.disabled)
+            .filter_map(|u| {
+                self.manager
+                    .cached_tools(&u.config.name)
+                    .map(|tools| (u.config.name.clone(), tools))
+            })
+            .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
+            .collect();
+        self.write_wrappers(entries).await;
+    }
+
+    async fn write_wrappers(&self, entries: Vec<Entry>) {
+        let Some(dir) = self.wrappers_dir.clone() else {
+            return;
+        };
+        let outcome = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&Entry> = entries
+                .iter()
+                .filter(|e| e.kind == EntryKind::Upstream)
+                .collect();
+            cem_catalog::python::write_wrappers(&refs, &dir, &mut |_, _| {})
+        })
+        .await;
+        match outcome {
+            Ok(Ok(stats)) if stats.written > 0 => {
+                tracing::info!(
+                    tools = stats.tools,
+                    written = stats.written,
+                    "python wrappers updated"
+                )
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the python wrappers"),
+            Err(e) => tracing::warn!(error = %e, "the wrapper task failed"),
         }
     }
 
@@ -44,6 +95,7 @@ impl CatalogService {
         }
         let built = Arc::new(self.build(false).await);
         *slot = Some(built.clone());
+        self.write_wrappers(built.catalog.entries().to_vec()).await;
         built
     }
 
@@ -51,6 +103,7 @@ impl CatalogService {
     pub async fn rebuild(&self, refresh: bool) -> Arc<Built> {
         let built = Arc::new(self.build(refresh).await);
         *self.current.write().await = Some(built.clone());
+        self.write_wrappers(built.catalog.entries().to_vec()).await;
         built
     }
 
@@ -116,5 +169,21 @@ impl std::fmt::Debug for CatalogService {
         f.debug_struct("CatalogService")
             .field("registry", &self.registry.len())
             .finish_non_exhaustive()
+    }
+}
+
+fn upstream_entry(server: &str, t: cem_upstream::Tool) -> Entry {
+    Entry {
+        kind: EntryKind::Upstream,
+        category: server.to_string(),
+        name: t.name.to_string(),
+        description: t.description.as_deref().unwrap_or_default().to_string(),
+        input_schema: Some(serde_json::Value::Object((*t.input_schema).clone())),
+        output_schema: t
+            .output_schema
+            .as_ref()
+            .map(|s| serde_json::Value::Object((**s).clone())),
+        keywords: t.title.into_iter().collect(),
+        mcp_server: None,
     }
 }

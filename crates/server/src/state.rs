@@ -64,6 +64,7 @@ impl AppState {
             workspace: workspace.root().to_path_buf(),
             sandbox: config.sandbox.clone(),
             exe,
+            extra_ro: vec![(data_dir.join("servers"), "/servers".into())],
         });
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
         let registry_dir = config
@@ -77,7 +78,18 @@ impl AppState {
                 Vec::new()
             }
         };
-        let catalog = Arc::new(CatalogService::new(manager, registry));
+        // Generated wrappers live in <data>/servers and appear read-only
+        // at /servers in every sandbox.
+        let servers_dir = data_dir.join("servers");
+        std::fs::create_dir_all(&servers_dir).map_err(|source| StateError::DataDir {
+            path: servers_dir.clone(),
+            source,
+        })?;
+        let catalog = Arc::new(CatalogService::new(
+            manager,
+            registry,
+            Some(data_dir.to_path_buf()),
+        ));
         Ok(Self {
             engine,
             catalog,

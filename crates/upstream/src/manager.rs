@@ -322,6 +322,12 @@ impl Manager {
         Ok(tools)
     }
 
+    /// A server's tools from the disk cache only (never connects).
+    pub fn cached_tools(&self, name: &str) -> Option<Vec<Tool>> {
+        let upstream = self.get(name).ok()?;
+        cache::load(&self.cache_dir, &upstream.config)
+    }
+
     /// Every enabled server's tools, fetched concurrently.
     pub async fn all_tools(
         &self,
