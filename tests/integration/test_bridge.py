@@ -1,0 +1,227 @@
+"""Tools from inside the sandbox: code calls real upstream servers through the bridge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from conftest import SDK1_PYTHON, SERVERS_PYTHON, stdio_params
+from test_upstream import EVERYTHING, FILESYSTEM, MEMORY
+
+pytestmark = pytest.mark.anyio
+
+CANARY = "cem-upstream-secret-41c7"
+FAULT = str(Path(__file__).parent / "servers" / "fault_server.py")
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository with a known history."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com",
+           "GIT_COMMITTER_NAME": "Ada", "GIT_COMMITTER_EMAIL": "ada@example.com", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=env)
+    for i in range(5):
+        (path / f"f{i}.txt").write_text(str(i))
+        subprocess.run(["git", "-C", str(path), "add", "."], check=True, env=env)
+        subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", f"commit number {i}"], check=True, env=env)
+    return path
+
+
+def servers(tmp_path: Path) -> dict:
+    root = tmp_path / "fsroot"
+    root.mkdir(exist_ok=True)
+    return {
+        "everything": {"command": "node", "args": [EVERYTHING, "stdio"], "env": {"CEM_SECRET": CANARY}},
+        "git": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_git"]},
+        "filesystem": {"command": "node", "args": [FILESYSTEM, str(root)]},
+        "memory": {"command": "node", "args": [MEMORY], "env": {"MEMORY_FILE_PATH": str(root / "memory.json")}},
+        "fault": {"command": str(SDK1_PYTHON), "args": [FAULT]},
+    }
+
+
+def client_for(data_dir: Path, tmp_path: Path, **extra) -> Client:
+    config = tmp_path / "mcp_config.json"
+    config.write_text(json.dumps({"mcpServers": servers(tmp_path), **extra}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    return Client(params)
+
+
+async def run(client: Client, code: str, **extra) -> dict:
+    answer = await client.call_tool("execute_code", {"code": code, "timeout_seconds": 60, **extra})
+    return answer.structured_content
+
+
+async def test_calls_to_server_everything(data_dir: Path, tmp_path: Path):
+    code = """
+echo = call_tool("everything.echo", {"message": "hello"})
+total = call_tool("everything__get-sum", {"a": 2, "b": 40})
+by_attribute = tools.everything.get_sum(a=1, b=1)
+structured = call_tool("everything.get-structured-content", {"location": "New York"})
+image = call_tool("everything.get-tiny-image", {})
+result = {"echo": echo, "sum": total, "attr": by_attribute, "structured": structured,
+          "image_types": [b.get("type") for b in image] if isinstance(image, list) else type(image).__name__}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        r = body["result"]
+        assert r["echo"] == "Echo: hello"
+        assert "42" in r["sum"] and "2" in r["attr"]
+        assert isinstance(r["structured"], dict) and "temperature" in r["structured"], r["structured"]
+        assert "image" in r["image_types"]
+        assert body["tool_calls"] == 5
+        assert body["tokens"]["tool_results"] > 0 and body["tokens"]["returned"] > 0
+
+
+async def test_generated_wrappers_are_importable_from_servers(data_dir: Path, tmp_path: Path):
+    async with client_for(data_dir, tmp_path) as client:
+        await client.call_tool("search_tools", {"query": "echo"})  # builds the catalog and the wrappers
+        body = await run(client, """
+import os
+from servers.everything import get_sum
+from servers.git import git_status
+result = {"sum": get_sum(a=20, b=22), "listing": sorted(os.listdir("/servers/everything"))[:3],
+          "doc": get_sum.__doc__.splitlines()[0]}
+try:
+    open("/servers/everything/evil.py", "w")
+    result["writable"] = True
+except OSError:
+    result["writable"] = False
+""")
+        assert body["success"], body
+        assert "42" in body["result"]["sum"]
+        assert body["result"]["doc"] == "Returns the sum of two numbers"
+        assert body["result"]["writable"] is False
+
+
+async def test_git_log_of_a_generated_repository(data_dir: Path, tmp_path: Path, repo: Path):
+    code = f"""
+log = call_tool("git.git_log", {{"repo_path": {str(repo)!r}, "max_count": 10}})
+text = log if isinstance(log, str) else json.dumps(log)
+result = {{"commits": text.count("commit number"), "has_author": "Ada" in text}}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert body["result"] == {"commits": 5, "has_author": True}
+
+
+async def test_a_filesystem_and_memory_pipeline(data_dir: Path, tmp_path: Path):
+    root = tmp_path / "fsroot"
+    root.mkdir(exist_ok=True)
+    (root / "people.csv").write_text("name,team\nAda,core\nGrace,compilers\nLinus,kernel\n")
+    code = f"""
+import csv, io
+text = call_tool("filesystem.read_text_file", {{"path": {str(root / 'people.csv')!r}}})
+rows = list(csv.DictReader(io.StringIO(text if isinstance(text, str) else text["content"])))
+call_tool("memory.create_entities", {{"entities": [
+    {{"name": r["name"], "entityType": "person", "observations": ["team " + r["team"]]}} for r in rows]}})
+found = call_tool("memory.search_nodes", {{"query": "compilers"}})
+result = {{"rows": len(rows), "found": [e["name"] for e in found["entities"]]}}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert body["result"] == {"rows": 3, "found": ["Grace"]}
+
+
+async def test_one_hundred_concurrent_calls(data_dir: Path, tmp_path: Path):
+    code = """
+import asyncio, time
+t0 = time.perf_counter()
+answers = await asyncio.gather(*(call_tool_async("fault.sleep", {"seconds": 0.5}) for _ in range(100)))
+result = {"n": len(answers), "seconds": time.perf_counter() - t0}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert body["result"]["n"] == 100 and body["tool_calls"] == 100
+        # 100 half-second calls one after another would take 50 s.
+        assert body["result"]["seconds"] < 25, body["result"]
+
+
+async def test_an_upstream_that_crashes_or_hangs_raises_and_the_server_keeps_serving(data_dir: Path, tmp_path: Path):
+    code = """
+errors = {}
+for tool, args in [("fault.crash", {}), ("fault.sleep", {"seconds": 30})]:
+    try:
+        call_tool(tool, args)
+        errors[tool] = None
+    except ToolError as e:
+        errors[tool] = {"server": e.server, "tool": e.tool, "message": e.message}
+after = call_tool("fault.ok", {})
+result = {"errors": errors, "after": after}
+"""
+    async with client_for(data_dir, tmp_path, upstream={"timeout_seconds": 2}) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        crash, hang = body["result"]["errors"]["fault.crash"], body["result"]["errors"]["fault.sleep"]
+        assert crash["server"] == "fault" and "restarted on next use" in crash["message"], crash
+        assert hang["server"] == "fault" and "within 2 s" in hang["message"], hang
+        # FastMCP answers with structured content {"result": ...}, which the bridge prefers.
+        assert body["result"]["after"]["result"].startswith("ok from")
+        again = await run(client, "result = call_tool('everything.echo', {'message': 'still here'})")
+        assert again["result"] == "Echo: still here"
+
+
+async def test_tool_errors_and_bad_names(data_dir: Path, tmp_path: Path):
+    code = """
+out = []
+for name in ["everything.no_such_tool", "nosuchserver.tool", "no-dot"]:
+    try:
+        call_tool(name, {})
+    except ToolError as e:
+        out.append(str(e))
+result = out
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        notfound, unknown, badname = body["result"]
+        assert notfound.startswith("everything.no_such_tool:")
+        assert "no upstream server named 'nosuchserver'" in unknown
+        assert "not a tool name" in badname
+
+
+async def test_upstream_secrets_never_reach_the_sandbox(data_dir: Path, tmp_path: Path):
+    code = f"""
+import os
+def scan(path):
+    try:
+        with open(path, "rb") as f:
+            return {CANARY!r}.encode() in f.read(1 << 20)
+    except OSError:
+        return False
+hits = [p for p in (f"/proc/{{d}}/environ" for d in os.listdir("/proc") if d.isdigit()) if scan(p)]
+for root, dirs, files in os.walk("/"):
+    if root.startswith(("/proc", "/sys", "/dev", "/usr", "/lib")):
+        dirs[:] = []
+        continue
+    hits += [os.path.join(root, f) for f in files if scan(os.path.join(root, f))]
+echo = call_tool("everything.echo", {{"message": "x"}})
+result = {{"hits": hits, "env": {CANARY!r} in str(os.environ)}}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert body["result"] == {"hits": [], "env": False}
+
+
+async def test_search_tools_from_code_matches_the_mcp_tool(data_dir: Path, tmp_path: Path):
+    async with client_for(data_dir, tmp_path) as client:
+        from_mcp = (await client.call_tool("search_tools", {"query": "knowledge graph", "limit": 3})).structured_content
+        body = await run(client, "result = search_tools('knowledge graph', limit=3)")
+        assert body["result"]["tools"] == from_mcp["tools"]
