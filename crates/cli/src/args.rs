@@ -53,11 +53,31 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Run one Python snippet in the sandbox; prints execute_code's JSON answer.
     Exec(ExecArgs),
+    /// Run a Python script with the upstream tools available (sandboxed by default).
+    Run(RunArgs),
     /// Write Python wrappers (and .pyi stubs) for every upstream tool.
     Generate(GenerateArgs),
     /// The tool catalog from the shell.
     #[command(subcommand)]
     Tools(ToolsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The script (its working directory inside the sandbox is the workspace).
+    pub script: PathBuf,
+    /// Arguments for the script (after --).
+    #[arg(last = true)]
+    pub args: Vec<String>,
+    /// Run without the sandbox: only for trusted local scripts.
+    #[arg(long)]
+    pub no_sandbox: bool,
+    /// Wall-clock limit in seconds (default: sandbox.max_timeout_seconds).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+    /// Memory limit in MB (default: sandbox.memory_mb).
+    #[arg(long)]
+    pub memory: Option<u64>,
 }
 
 #[derive(Debug, Args)]

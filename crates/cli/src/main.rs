@@ -5,6 +5,7 @@ mod args;
 mod doctor;
 mod exec;
 mod logging;
+mod run;
 mod serve;
 mod setup;
 mod tools;
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
         Command::Doctor(doctor) => doctor::run(&cli, doctor),
         Command::Exec(exec) => exec::run(&cli, exec),
         Command::Generate(args) => tools::generate(&cli, args),
+        Command::Run(args) => run::run(&cli, args),
         Command::Tools(cmd) => tools::run(&cli, cmd),
     };
     match outcome {

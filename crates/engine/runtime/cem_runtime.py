@@ -403,9 +403,15 @@ def _run(request, ns):
     ns.update(request.get("context_vars") or {})
     ns.pop("result", None)
     source = request["code"]
+    if request.get("argv") is not None:
+        # A script run by `code-execution-mcp run`: its own argv and name.
+        sys.argv = [request.get("script_name") or "script.py", *request["argv"]]
+        ns["__file__"] = sys.argv[0]
     linecache.cache[CODE_FILENAME] = (len(source), None, source.splitlines(True), CODE_FILENAME)
     old_out, old_err = sys.stdout, sys.stderr
-    sys.stdout = sys.stderr = capture
+    # A script (run) keeps stderr apart, as a program would; snippets merge them.
+    errors = _Capture(limit) if request.get("argv") is not None else capture
+    sys.stdout, sys.stderr = capture, errors
     try:
         code = compile(source, CODE_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         if code.co_flags & 0x80:  # CO_COROUTINE: the code awaits at top level
@@ -418,7 +424,10 @@ def _run(request, ns):
             exec(code, ns)
     except SystemExit as e:
         if e.code not in (None, 0):
-            answer.update(success=False, error=f"SystemExit: {e.code}", traceback=_agent_traceback(e))
+            code = e.code if isinstance(e.code, int) else 1
+            if not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+            answer.update(success=False, error=f"SystemExit: {code}", traceback=_agent_traceback(e), exit_code=code)
     except MemoryError as e:
         answer.update(
             success=False,
@@ -434,6 +443,8 @@ def _run(request, ns):
     if note:
         answer["note"] = note
     answer["output"] = capture.getvalue()
+    if errors is not capture:
+        answer["stderr"] = errors.getvalue()
     return answer
 
 

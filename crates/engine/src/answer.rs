@@ -27,6 +27,12 @@ pub struct ExecAnswer {
     pub note: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// What a script wrote to stderr (for `run`; snippets merge it into output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// The status a script passed to sys.exit() (for `run`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
     /// Present only when the code ran without OS isolation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
@@ -54,6 +60,8 @@ impl ExecAnswer {
             error: text("error").map(|e| cut(&e, cap)),
             traceback: text("traceback").map(|t| cut(&t, cap)),
             note: text("note").map(|n| cut(&n, 1000)),
+            exit_code: msg.get("exit_code").and_then(Value::as_i64),
+            stderr: text("stderr"),
             ..Default::default()
         };
         // The runtime caps at `cap` and adds a note; only a runtime that

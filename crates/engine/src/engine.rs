@@ -45,6 +45,8 @@ pub struct EngineOptions {
     pub exe: PathBuf,
     /// More read-only binds: (host path, path inside), e.g. the wrappers.
     pub extra_ro: Vec<(PathBuf, PathBuf)>,
+    /// Run without the sandbox because the user asked (`run --no-sandbox`).
+    pub no_sandbox: bool,
 }
 
 /// One execute_code call.
@@ -56,6 +58,11 @@ pub struct ExecRequest {
     pub memory_mb: Option<u64>,
     pub session_id: Option<String>,
     pub reset_session: bool,
+    /// For `run`: the script's arguments (sys.argv[1:]) and name.
+    pub argv: Option<Vec<String>>,
+    pub script_name: Option<String>,
+    /// Overrides sandbox.max_output_chars (a script's output is its own).
+    pub max_output_chars: Option<u64>,
 }
 
 struct Session {
@@ -216,15 +223,18 @@ impl Engine {
         self.executions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
+        let max_output = request.max_output_chars.unwrap_or(cfg.max_output_chars);
         let message = json!({
             "type": "exec",
             "code": request.code,
             "context_vars": request.context_vars,
-            "max_output_chars": cfg.max_output_chars,
+            "max_output_chars": max_output,
             "memory_mb": memory_mb,
+            "argv": request.argv,
+            "script_name": request.script_name,
         });
         let timeout = Duration::from_secs(timeout_s);
-        let cap = cfg.max_output_chars as usize;
+        let cap = max_output as usize;
         let mut stats = CallStats::new(MAX_TOOL_CALLS);
         let mut answer = match &request.session_id {
             None => {
@@ -449,6 +459,25 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         .map_err(|e| format!("cannot create {}: {e}", probe_dir.display()))?;
     if let Some((uid, gid)) = cem_sandbox::sandbox_owner() {
         let _ = std::os::unix::fs::chown(&probe_dir, Some(uid), Some(gid));
+    }
+    if options.no_sandbox {
+        let launch = Launch {
+            exe: options.exe.clone(),
+            layout,
+            runtime_dir,
+            workspace: options.workspace.clone(),
+            network: true,
+            unsandboxed: true,
+            use_cgroups: false,
+            disk_quota_bytes: cfg.disk_quota_mb << 20,
+            extra_ro: options.extra_ro.clone(),
+        };
+        let reason = "--no-sandbox was given".to_string();
+        return Ok(Ready {
+            launch,
+            mode: SandboxMode::Unsandboxed { reason },
+            layers: None,
+        });
     }
     let layers = cem_sandbox::probe(&options.exe, &layout, &probe_dir);
     let use_cgroups = layers.layers.iter().any(|l| l.name == "cgroup" && l.on);

@@ -18,7 +18,7 @@ pub mod tools;
 
 pub use handler::McpHandler;
 pub use http::{HttpOptions, serve_http};
-pub use state::{AppState, StateError};
+pub use state::{AppState, RunMode, StateError};
 pub use stdio::serve_stdio;
 pub use tools::ToolSet;
 

@@ -28,6 +28,13 @@ pub struct AppState {
     pub catalog: Arc<CatalogService>,
 }
 
+/// How [`AppState::open_with`] should run code.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunMode {
+    /// `run --no-sandbox`: trusted local scripts, no isolation.
+    pub no_sandbox: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("cannot use data directory {path}: {source}")]
@@ -49,6 +56,25 @@ impl AppState {
         tool_set: ToolSet,
         exe: PathBuf,
     ) -> Result<Self, StateError> {
+        Self::open_with(
+            config,
+            config_path,
+            data_dir,
+            tool_set,
+            exe,
+            RunMode::default(),
+        )
+    }
+
+    /// Like [`AppState::open`], choosing how code runs.
+    pub fn open_with(
+        config: Config,
+        config_path: Option<PathBuf>,
+        data_dir: &Path,
+        tool_set: ToolSet,
+        exe: PathBuf,
+        mode: RunMode,
+    ) -> Result<Self, StateError> {
         std::fs::create_dir_all(data_dir).map_err(|source| StateError::DataDir {
             path: data_dir.to_path_buf(),
             source,
@@ -65,6 +91,7 @@ impl AppState {
             sandbox: config.sandbox.clone(),
             exe,
             extra_ro: vec![(data_dir.join("servers"), "/servers".into())],
+            no_sandbox: mode.no_sandbox,
         });
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
         let registry_dir = config

@@ -69,5 +69,6 @@ fn request(args: &Args) -> Result<ExecRequest, ToolFailure> {
         memory_mb: args.opt_u64("memory_mb")?,
         session_id: args.opt_string("session_id")?,
         reset_session: args.opt_bool("reset_session")?.unwrap_or(false),
+        ..Default::default()
     })
 }

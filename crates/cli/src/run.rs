@@ -1,0 +1,96 @@
+//! `run script.py [-- args]`: a script with the upstream tools, behaving
+//! like a normal program: its output on stdout, errors on stderr, its exit
+//! status (sys.exit codes, 1 for an uncaught exception).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use cem_engine::ExecRequest;
+use cem_server::{AppState, RunMode, ToolSet};
+
+use crate::args::{Cli, RunArgs};
+use crate::setup;
+
+/// A script's output is its own: far more than an answer to a model.
+const SCRIPT_OUTPUT: u64 = 64 << 20;
+
+pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let loaded = match setup::load_config(cli) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let code = std::fs::read_to_string(&args.script)
+        .with_context(|| format!("cannot read the script {}", args.script.display()))?;
+    let data_dir = setup::data_dir(cli)?;
+    let mut config = loaded.config;
+    config.sandbox.pool_size = 0;
+    let timeout = args.timeout.unwrap_or(config.sandbox.max_timeout_seconds);
+    config.sandbox.max_timeout_seconds = config.sandbox.max_timeout_seconds.max(timeout);
+    if args.no_sandbox {
+        eprintln!(
+            "warning: --no-sandbox: the script runs WITHOUT isolation, with your user's rights"
+        );
+    }
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    let mode = RunMode {
+        no_sandbox: args.no_sandbox,
+    };
+    let state = Arc::new(AppState::open_with(
+        config,
+        loaded.located.map(|l| l.path),
+        &data_dir,
+        ToolSet::Full,
+        exe,
+        mode,
+    )?);
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let name = args
+        .script
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "script.py".into());
+    let answer = runtime.block_on(async {
+        let bridge = cem_server::bridge::ToolBridge::shared(state.clone());
+        let request = ExecRequest {
+            code,
+            timeout_seconds: Some(timeout),
+            memory_mb: args.memory,
+            argv: Some(args.args.clone()),
+            script_name: Some(name),
+            max_output_chars: Some(SCRIPT_OUTPUT),
+            ..Default::default()
+        };
+        let answer = state.engine.execute(request, Some(bridge)).await;
+        state.catalog.manager().shutdown().await;
+        answer
+    });
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    print!("{}", answer.output);
+    if let Some(err) = &answer.stderr {
+        eprint!("{err}");
+    }
+    if answer.success {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(code) = answer.exit_code {
+        return Ok(ExitCode::from(
+            u8::try_from(code.clamp(0, 255)).unwrap_or(1),
+        ));
+    }
+    if let Some(tb) = &answer.traceback {
+        eprint!("{tb}");
+    } else if let Some(e) = &answer.error {
+        eprintln!("{e}");
+    }
+    Ok(ExitCode::from(1))
+}

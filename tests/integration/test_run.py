@@ -1,0 +1,66 @@
+"""`run script.py -- args`: scripts with tools, behaving like normal programs; the examples."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+from test_bridge import repo, servers  # noqa: F401  (the repo fixture)
+
+EXAMPLES = REPO / "examples"
+
+
+@pytest.fixture
+def base(data_dir: Path, tmp_path: Path) -> list[str]:
+    config = tmp_path / "mcp_config.json"
+    config.write_text(json.dumps({"mcpServers": servers(tmp_path)}))
+    return ["--config", str(config), "--data-dir", str(data_dir), "--log-level", "error"]
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "script.py"
+    path.write_text(body)
+    return str(path)
+
+
+def test_example_single_tool_script(base: list[str], repo: Path):
+    out = run_cli(*base, "run", str(EXAMPLES / "git_authors.py"), "--", str(repo), "--limit", "1", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["5", "Ada"]
+
+
+def test_example_multi_server_pipeline(base: list[str], tmp_path: Path, data_dir: Path):
+    csv = tmp_path / "fsroot" / "people.csv"
+    csv.parent.mkdir(exist_ok=True)
+    csv.write_text("name,team\nAda,core\nGrace,compilers\nFran,compilers\n")
+    out = run_cli(*base, "run", str(EXAMPLES / "team_directory.py"), "--", str(csv), "--team", "compilers", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("compilers: Fran, Grace (3 people loaded")
+    summary = json.loads((data_dir / "workspace" / "team_summary.json").read_text())
+    assert summary == {"team": "compilers", "members": ["Fran", "Grace"], "people_loaded": 3}
+
+
+def test_exit_codes_stdout_and_stderr_are_a_programs(base: list[str], tmp_path: Path):
+    ok = run_cli(*base, "run", script(tmp_path, "import sys\nprint('out', sys.argv[1:])\nprint('err', file=sys.stderr)"),
+                 "--", "-x", "y")
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "out ['-x', 'y']\n", "err\n")
+    exited = run_cli(*base, "run", script(tmp_path, "import sys\nprint('partial')\nsys.exit(3)"))
+    assert exited.returncode == 3 and exited.stdout == "partial\n"
+    crashed = run_cli(*base, "run", script(tmp_path, "x = 1\nraise ValueError('boom')"))
+    assert crashed.returncode == 1
+    assert 'line 2, in <module>' in crashed.stderr and "ValueError: boom" in crashed.stderr
+    usage = run_cli(*base, "run", str(EXAMPLES / "team_directory.py"))
+    assert usage.returncode == 2 and "usage: team_directory.py" in usage.stderr and usage.stdout == ""
+
+
+def test_sandboxed_by_default_and_no_sandbox_on_request(base: list[str], tmp_path: Path):
+    probe = script(tmp_path, "import os\nprint(os.path.exists('/etc/shadow'), os.getuid() == os.geteuid())")
+    sandboxed = run_cli(*base, "run", probe)
+    assert sandboxed.stdout.split()[0] == "False", "the host's /etc/shadow is not in the sandbox"
+    trusted = run_cli(*base, "run", "--no-sandbox", probe)
+    assert "WITHOUT isolation" in trusted.stderr
+    assert trusted.stdout.split()[0] == str(os.path.exists("/etc/shadow"))
