@@ -172,6 +172,47 @@ def first_tools_list(upstreams: dict, runs: int = 15) -> list[float]:
     return times
 
 
+CALL_CODE = """
+import time, asyncio
+ts = []
+call_tool("everything.echo", {"message": "x"})
+for _ in range(200):
+    t0 = time.perf_counter(); call_tool("everything.echo", {"message": "x"}); ts.append((time.perf_counter() - t0) * 1000)
+ts.sort()
+t0 = time.perf_counter()
+for _ in range(20):
+    await asyncio.gather(*(call_tool_async("everything.echo", {"message": "x"}) for _ in range(50)))
+result = {"p50_ms": ts[100], "p99_ms": ts[198], "calls_per_second": 1000 / (time.perf_counter() - t0)}
+"""
+
+
+def tool_calls() -> dict:
+    """One echo call from sandboxed code against a direct rmcp client call (`tools call`), same server, same run."""
+    mcp = REPO / "tests" / "js" / "node_modules" / "@modelcontextprotocol"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "cfg.json"
+        config.write_text(json.dumps({
+            "mcpServers": {"everything": {"command": "node", "args": [str(mcp / "server-everything" / "dist" / "index.js"), "stdio"]}},
+            "sandbox": {"max_tool_calls": 5000},
+        }))
+        base = [str(BIN), "--config", str(config), "--data-dir", tmp, "--log-level", "error"]
+        def direct(*extra):
+            out = subprocess.run([*base, "tools", "call", "everything.echo", "--args", '{"message": "x"}', *extra],
+                                 capture_output=True, text=True, check=True)
+            return json.loads(out.stdout)
+        one = direct("--repeat", "200")
+        fifty = direct("--repeat", "1000", "--concurrency", "50")
+        out = subprocess.run([*base, "exec", "-"], input=CALL_CODE, capture_output=True, text=True, check=True)
+        sandboxed = json.loads(out.stdout)["result"]
+    return {
+        "direct_rmcp": {"p50_ms": round(one["p50_ms"], 3), "p99_ms": round(one["p99_ms"], 3),
+                        "calls_per_second_50_concurrent": round(fifty["calls_per_second"])},
+        "from_sandboxed_code": {"p50_ms": round(sandboxed["p50_ms"], 3), "p99_ms": round(sandboxed["p99_ms"], 3),
+                                "calls_per_second_50_concurrent": round(sandboxed["calls_per_second"])},
+        "ratio_p50": round(sandboxed["p50_ms"] / one["p50_ms"], 3),
+    }
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -195,6 +236,7 @@ def main() -> None:
     report["warm_p50_over_yardstick_p50"] = round(report["warm_pool_paced"]["p50_ms"] / y, 3)
     report["no_pool_p50_over_yardstick_p50"] = round(report["no_pool_paced"]["p50_ms"] / y, 3)
     report["data_processing_1m_rows"] = data_processing()
+    report["tool_call"] = tool_calls()
     with tempfile.TemporaryDirectory() as root:
         none = first_tools_list({})
         five = first_tools_list(five_upstreams(Path(root)))

@@ -107,6 +107,20 @@ pub enum ToolsCommand {
     Show { name: String },
     /// Ask every upstream server for its tools again and update the cache.
     Refresh,
+    /// Call one upstream tool directly (no sandbox) and print its result.
+    Call {
+        /// server.tool
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Call it this many times and print timings instead (a benchmark).
+        #[arg(long)]
+        repeat: Option<usize>,
+        /// With --repeat: calls in flight at once.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+    },
 }
 
 #[derive(Debug, Args)]

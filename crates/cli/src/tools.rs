@@ -74,6 +74,12 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                     .await
                     .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()))
             }
+            ToolsCommand::Call {
+                name,
+                args,
+                repeat,
+                concurrency,
+            } => call_direct(&state, name, args, *repeat, *concurrency).await,
             ToolsCommand::Refresh => {
                 state.catalog.manager().clear_cache();
                 let built = state.catalog.rebuild(true).await;
@@ -182,4 +188,61 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: {server} skipped: {error}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tools call`: the upstream tool through the manager (an rmcp client),
+/// with no sandbox in between; with `repeat`, timings as JSON.
+async fn call_direct(
+    state: &Arc<AppState>,
+    name: &str,
+    args: &str,
+    repeat: Option<usize>,
+    concurrency: usize,
+) -> Result<(), String> {
+    let Some((server, tool)) = name.split_once('.') else {
+        return Err(format!("'{name}' is not server.tool"));
+    };
+    let arguments = match serde_json::from_str::<Value>(args) {
+        Ok(Value::Object(map)) => Some(map),
+        Ok(_) => return Err("--args must be a JSON object".into()),
+        Err(e) => return Err(format!("--args is not JSON: {e}")),
+    };
+    let manager = state.catalog.manager();
+    let first = manager
+        .call(server, tool, arguments.clone(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(n) = repeat else {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&first).unwrap_or_default()
+        );
+        return Ok(());
+    };
+    let concurrency = concurrency.max(1);
+    let started = std::time::Instant::now();
+    let mut times = Vec::with_capacity(n);
+    let mut done = 0;
+    while done < n {
+        let batch = concurrency.min(n - done);
+        let calls = (0..batch).map(|_| async {
+            let t0 = std::time::Instant::now();
+            manager
+                .call(server, tool, arguments.clone(), None)
+                .await
+                .map(|_| t0.elapsed().as_secs_f64() * 1000.0)
+        });
+        for r in futures::future::join_all(calls).await {
+            times.push(r.map_err(|e| e.to_string())?);
+        }
+        done += batch;
+    }
+    let total = started.elapsed().as_secs_f64();
+    times.sort_by(|a, b| a.total_cmp(b));
+    let p = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    println!(
+        "{}",
+        json!({"calls": n, "concurrency": concurrency, "p50_ms": p(0.5), "p99_ms": p(0.99), "calls_per_second": n as f64 / total})
+    );
+    Ok(())
 }

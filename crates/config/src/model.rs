@@ -96,6 +96,8 @@ pub struct SandboxConfig {
     pub python: PathBuf,
     /// Disk space one execution may use up (checked while it runs).
     pub disk_quota_mb: u64,
+    /// Upstream tool calls one execution may make.
+    pub max_tool_calls: u64,
     /// Executions allowed to run at once (others wait their turn).
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm.
@@ -120,6 +122,7 @@ impl Default for SandboxConfig {
             max_memory_mb: 4096,
             disk_quota_mb: 1024,
             max_concurrent: 8,
+            max_tool_calls: 1000,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: 2,
             network: false,

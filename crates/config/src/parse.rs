@@ -363,6 +363,11 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 86_400, "seconds")
                         .unwrap_or(s.max_timeout_seconds)
                 }
+                "max_tool_calls" => {
+                    s.max_tool_calls = self
+                        .positive(&key, v, 1, 1_000_000, "calls")
+                        .unwrap_or(s.max_tool_calls)
+                }
                 "max_concurrent" => {
                     s.max_concurrent = self
                         .positive(&key, v, 1, 1024, "executions")
@@ -636,6 +641,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_memory_mb",
     "disk_quota_mb",
     "max_concurrent",
+    "max_tool_calls",
     "python",
     "pool_size",
     "network",

@@ -21,8 +21,6 @@ const PROCESSES: u64 = 128;
 const MAX_SESSION_ID: usize = 128;
 /// Sessions alive at once.
 const MAX_SESSIONS: usize = 64;
-/// Tool calls one execution may make.
-const MAX_TOOL_CALLS: u64 = 1000;
 
 /// How the engine runs code on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,7 +233,7 @@ impl Engine {
         });
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
-        let mut stats = CallStats::new(MAX_TOOL_CALLS);
+        let mut stats = CallStats::new(cfg.max_tool_calls);
         let mut answer = match &request.session_id {
             None => {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
