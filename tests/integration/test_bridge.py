@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -225,3 +226,20 @@ async def test_search_tools_from_code_matches_the_mcp_tool(data_dir: Path, tmp_p
         from_mcp = (await client.call_tool("search_tools", {"query": "knowledge graph", "limit": 3})).structured_content
         body = await run(client, "result = search_tools('knowledge graph', limit=3)")
         assert body["result"]["tools"] == from_mcp["tools"]
+
+
+async def test_a_call_from_code_starts_only_the_server_it_calls(data_dir: Path, tmp_path: Path):
+    from test_upstream import processes_with
+
+    marker = f"bridge-lazy-{os.getpid()}"
+    config = servers(tmp_path)
+    (tmp_path / marker).mkdir()
+    config["filesystem"]["args"].append(str(tmp_path / marker))
+    path = tmp_path / "lazy.json"
+    path.write_text(json.dumps({"mcpServers": config}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(path), *params.args]
+    async with Client(params) as client:
+        body = await run(client, "result = tools.everything.get_sum(a=1, b=2)")
+        assert body["success"] and "3" in body["result"], body
+        assert processes_with(marker) == [], "calling everything started the filesystem server too"

@@ -64,14 +64,14 @@ async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Val
         .get(server)
         .map_err(|e| fail(server, name, e.to_string()))?;
     let server = upstream.config.name.clone();
-    // `get_sum` from Python means the upstream's `get-sum`.
-    let built = state.catalog.get().await;
-    let name = built
-        .catalog
-        .entries()
+    // `get_sum` from Python means the upstream's `get-sum`. Only this
+    // server's list is consulted (cache first): other upstreams stay unstarted.
+    let known = manager.tools(&server, false).await.unwrap_or_default();
+    let name = known
         .iter()
-        .find(|e| e.category == server && (e.name == name || alias(&e.name) == alias(name)))
-        .map(|e| e.name.clone())
+        .find(|t| t.name == name)
+        .or_else(|| known.iter().find(|t| alias(&t.name) == alias(name)))
+        .map(|t| t.name.to_string())
         .unwrap_or_else(|| name.to_string());
     let arguments = match arguments {
         Value::Null => None,
