@@ -66,12 +66,19 @@ async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Val
     let server = upstream.config.name.clone();
     // `get_sum` from Python means the upstream's `get-sum`. Only this
     // server's list is consulted (cache first): other upstreams stay unstarted.
-    let known = manager.tools(&server, false).await.unwrap_or_default();
+    let mut known = manager.known_tool_names(&server);
+    if known.is_empty() {
+        known = manager
+            .tools(&server, false)
+            .await
+            .map(|t| t.iter().map(|t| t.name.to_string()).collect())
+            .unwrap_or_default();
+    }
     let name = known
         .iter()
-        .find(|t| t.name == name)
-        .or_else(|| known.iter().find(|t| alias(&t.name) == alias(name)))
-        .map(|t| t.name.to_string())
+        .find(|t| *t == name)
+        .or_else(|| known.iter().find(|t| alias(t) == alias(name)))
+        .cloned()
         .unwrap_or_else(|| name.to_string());
     let arguments = match arguments {
         Value::Null => None,

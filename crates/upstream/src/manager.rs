@@ -220,6 +220,8 @@ impl Upstream {
 /// All configured servers.
 pub struct Manager {
     servers: BTreeMap<String, Arc<Upstream>>,
+    /// Tool lists already read (from disk or the server) this run.
+    known: std::sync::Mutex<HashMap<String, Arc<Vec<Tool>>>>,
     cache_dir: PathBuf,
     changed: Arc<Notify>,
     call_timeout: Duration,
@@ -254,6 +256,7 @@ impl Manager {
             .collect();
         Manager {
             servers,
+            known: std::sync::Mutex::new(HashMap::new()),
             cache_dir,
             changed,
             call_timeout,
@@ -290,11 +293,17 @@ impl Manager {
             return Err(UpstreamError::Disabled(upstream.config.name.clone()));
         }
         let stale = upstream.stale.swap(false, Ordering::SeqCst);
-        if !refresh
-            && !stale
-            && let Some(tools) = cache::load(&self.cache_dir, &upstream.config)
-        {
-            return Ok(tools);
+        let key = upstream.config.name.clone();
+        if !refresh && !stale {
+            if let Some(tools) = self.known.lock().ok().and_then(|k| k.get(&key).cloned()) {
+                return Ok(tools.as_ref().clone());
+            }
+            if let Some(tools) = cache::load(&self.cache_dir, &upstream.config) {
+                if let Ok(mut k) = self.known.lock() {
+                    k.insert(key, Arc::new(tools.clone()));
+                }
+                return Ok(tools);
+            }
         }
         let peer = upstream.peer().await?;
         let tools =
@@ -316,6 +325,9 @@ impl Manager {
                     });
                 }
             };
+        if let Ok(mut k) = self.known.lock() {
+            k.insert(key, Arc::new(tools.clone()));
+        }
         if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
             tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
         }
@@ -413,7 +425,22 @@ impl Manager {
 
     /// Forgets every cached tool list.
     pub fn clear_cache(&self) {
+        if let Ok(mut k) = self.known.lock() {
+            k.clear();
+        }
         cache::clear(&self.cache_dir);
+    }
+
+    /// The names of `server`'s tools as last seen (memory only, never connects).
+    pub fn known_tool_names(&self, server: &str) -> Vec<String> {
+        self.known
+            .lock()
+            .ok()
+            .and_then(|k| {
+                k.get(server)
+                    .map(|t| t.iter().map(|t| t.name.to_string()).collect())
+            })
+            .unwrap_or_default()
     }
 
     /// Closes every connection (stdio servers are stopped).
