@@ -243,3 +243,40 @@ async def test_a_call_from_code_starts_only_the_server_it_calls(data_dir: Path, 
         body = await run(client, "result = tools.everything.get_sum(a=1, b=2)")
         assert body["success"] and "3" in body["result"], body
         assert processes_with(marker) == [], "calling everything started the filesystem server too"
+
+
+async def test_large_binary_content_goes_to_the_workspace_and_small_stays_inline(data_dir: Path, tmp_path: Path):
+    code = """
+big = call_tool("fault.big_image", {"kib": 256})
+small = call_tool("fault.big_image", {"kib": 1})
+result = {"big": big, "small_has_data": "data" in small[0], "small_type": small[0]["type"]}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        block = body["result"]["big"][0]
+        assert block["type"] == "image" and "data" not in block, block
+        assert block["path"].startswith("tool-output/") and block["path"].endswith(".png")
+        assert (data_dir / "workspace" / block["path"]).stat().st_size == 256 * 1024 == block["size"]
+        assert body["result"]["small_has_data"] and body["result"]["small_type"] == "image"
+        # The bytes stayed out of the answer.
+        assert len(json.dumps(body)) < 5000
+
+
+async def test_the_call_limit_per_execution(data_dir: Path, tmp_path: Path):
+    code = """
+done = 0
+try:
+    for _ in range(10):
+        call_tool("everything.echo", {"message": "x"})
+        done += 1
+except ToolError as e:
+    error = str(e)
+result = {"done": done, "error": error}
+"""
+    async with client_for(data_dir, tmp_path, sandbox={"max_tool_calls": 5}) as client:
+        body = await run(client, code)
+        assert body["result"]["done"] == 5, body
+        assert "more than 5 tool calls" in body["result"]["error"]
+        again = await run(client, "result = call_tool('everything.echo', {'message': 'fresh'})")
+        assert again["result"] == "Echo: fresh", "the limit is per execution"

@@ -1,14 +1,14 @@
 """A fault-injection MCP server (Python SDK 1.x FastMCP) for the upstream tests.
 
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
-answers late; add_tool(name) registers a new tool and announces
+answers late; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed.
 """
 
 import asyncio
 import os
 
-from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp import Context, FastMCP, Image
 
 server = FastMCP("fault")
 
@@ -38,6 +38,12 @@ async def add_tool(name: str, ctx: Context) -> str:
     server.add_tool(lambda: name, name=name, description=f"dynamically added {name}")
     await ctx.session.send_tool_list_changed()
     return "added"
+
+
+@server.tool()
+def big_image(kib: int) -> Image:
+    """Returns a PNG-typed image of `kib` KiB (for the binary-content path)."""
+    return Image(data=bytes(range(256)) * (kib * 4), format="png")
 
 
 if __name__ == "__main__":
