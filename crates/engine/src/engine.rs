@@ -458,45 +458,34 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     if let Some((uid, gid)) = cem_sandbox::sandbox_owner() {
         let _ = std::os::unix::fs::chown(&probe_dir, Some(uid), Some(gid));
     }
-    if options.no_sandbox {
-        let launch = Launch {
-            exe: options.exe.clone(),
-            layout,
-            runtime_dir,
-            workspace: options.workspace.clone(),
-            network: true,
-            unsandboxed: true,
-            use_cgroups: false,
-            disk_quota_bytes: cfg.disk_quota_mb << 20,
-            extra_ro: options.extra_ro.clone(),
-        };
+    let (mode, layers) = if options.no_sandbox {
         let reason = "--no-sandbox was given".to_string();
-        return Ok(Ready {
-            launch,
-            mode: SandboxMode::Unsandboxed { reason },
-            layers: None,
-        });
-    }
-    let layers = cem_sandbox::probe(&options.exe, &layout, &probe_dir);
-    let use_cgroups = layers.layers.iter().any(|l| l.name == "cgroup" && l.on);
-    let mode = if layers.isolated {
-        SandboxMode::Isolated
+        (SandboxMode::Unsandboxed { reason }, None)
     } else {
-        let reason = layers
-            .error
-            .clone()
-            .unwrap_or_else(|| "the sandbox could not start".into());
-        if cfg.allow_unsandboxed {
-            tracing::warn!(%reason, "host cannot isolate; running code UNSANDBOXED as the config allows");
-            SandboxMode::Unsandboxed { reason }
+        let layers = cem_sandbox::probe(&options.exe, &layout, &probe_dir);
+        let mode = if layers.isolated {
+            SandboxMode::Isolated
         } else {
-            tracing::error!(%reason, "host cannot isolate; execute_code will refuse to run code");
-            SandboxMode::Unavailable { reason }
+            let reason = layers
+                .error
+                .clone()
+                .unwrap_or_else(|| "the sandbox could not start".into());
+            if cfg.allow_unsandboxed {
+                tracing::warn!(%reason, "host cannot isolate; running code UNSANDBOXED as the config allows");
+                SandboxMode::Unsandboxed { reason }
+            } else {
+                tracing::error!(%reason, "host cannot isolate; execute_code will refuse to run code");
+                SandboxMode::Unavailable { reason }
+            }
+        };
+        for layer in layers.layers.iter().filter(|l| !l.on) {
+            tracing::warn!(layer = layer.name, detail = %layer.detail, "sandbox layer off");
         }
+        (mode, Some(layers))
     };
-    for layer in layers.layers.iter().filter(|l| !l.on) {
-        tracing::warn!(layer = layer.name, detail = %layer.detail, "sandbox layer off");
-    }
+    let use_cgroups = layers
+        .as_ref()
+        .is_some_and(|l| l.layers.iter().any(|l| l.name == "cgroup" && l.on));
     let launch = Launch {
         exe: options.exe.clone(),
         layout,
@@ -511,7 +500,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     Ok(Ready {
         launch,
         mode,
-        layers: Some(layers),
+        layers,
     })
 }
 

@@ -499,10 +499,11 @@ fn next_id() -> u64 {
 async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, quota: u64, pid: u32) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let Some((bytes, inodes)) = cem_sandbox::free_disk(&workspace) else {
+        // No baseline yet: an idle (pooled) interpreter runs no code to watch.
+        let Some((base_bytes, base_inodes)) = watch.baseline.lock().ok().and_then(|b| *b) else {
             continue;
         };
-        let Some((base_bytes, base_inodes)) = watch.baseline.lock().ok().and_then(|b| *b) else {
+        let Some((bytes, inodes)) = cem_sandbox::free_disk(&workspace) else {
             continue;
         };
         let used = base_bytes.saturating_sub(bytes);

@@ -78,26 +78,9 @@ pub fn stage_sources(spec: &Spec) -> Result<Vec<Planned>, SandboxError> {
     let planned = plan(spec);
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
         .step("unshare staging mount namespace")?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .step("make staging mounts private")?;
+    make_private()?;
     // Open first: the staging tmpfs may cover a source (a workspace in /tmp).
-    let fds = planned
-        .iter()
-        .map(|p| {
-            let fd = open(&p.from, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-                .step(format!("open {}", p.from.display()))?;
-            let is_dir = fs::metadata(&p.from)
-                .map(|m| m.is_dir())
-                .step(format!("stat {}", p.from.display()))?;
-            Ok((fd, is_dir))
-        })
-        .collect::<Result<Vec<_>, SandboxError>>()?;
+    let sources = open_sources(&planned)?;
     let stage = if Path::new(STAGE).is_dir() {
         Path::new(STAGE)
     } else {
@@ -105,8 +88,9 @@ pub fn stage_sources(spec: &Spec) -> Result<Vec<Planned>, SandboxError> {
     };
     tmpfs(stage, "mode=0755,size=1m")?;
     let mut out = Vec::new();
-    for (i, (p, (fd, is_dir))) in planned.into_iter().zip(fds).enumerate() {
+    for (i, (p, source)) in planned.into_iter().zip(sources).enumerate() {
         let at = stage.join(i.to_string());
+        let is_dir = source.is_dir;
         if is_dir {
             mkdir(&at, 0o755)?;
         } else {
@@ -119,7 +103,7 @@ pub fn stage_sources(spec: &Spec) -> Result<Vec<Planned>, SandboxError> {
                 MsFlags::empty()
             };
         mount(
-            Some(&proc_fd_path(&fd)),
+            Some(&proc_fd_path(&source.fd)),
             &at,
             None::<&str>,
             flags,
@@ -139,9 +123,9 @@ pub fn open_sources(planned: &[Planned]) -> Result<Vec<Source>, SandboxError> {
             let fd = open(&p.from, OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty()).step(
                 format!("open {} (for {})", p.from.display(), p.target.display()),
             )?;
-            let is_dir = fs::metadata(&p.from)
-                .map(|m| m.is_dir())
-                .step(format!("stat {}", p.from.display()))?;
+            // The type of what was opened, not of what the path names now.
+            let st = nix::sys::stat::fstat(&fd).step(format!("stat {}", p.from.display()))?;
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
             Ok(Source {
                 fd,
                 target: p.target.clone(),
@@ -159,15 +143,7 @@ pub fn build_root(
     uid: u32,
     gid: u32,
 ) -> Result<(), SandboxError> {
-    // Nothing we mount may propagate back to the host.
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .step("make mounts private")?;
+    make_private()?;
     let root = Path::new(STAGING);
     tmpfs(root, "mode=0755,size=16m")?;
 
@@ -238,6 +214,18 @@ pub fn build_root(
     fs::remove_dir("/.oldroot").step("remove old root mount point")?;
     remount_ro(Path::new("/"), nosuid_nodev())?;
     Ok(())
+}
+
+/// Nothing mounted in our namespace from here on propagates to the host.
+fn make_private() -> Result<(), SandboxError> {
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .step("make mounts private")
 }
 
 fn nosuid_nodev() -> MsFlags {

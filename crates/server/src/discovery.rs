@@ -135,21 +135,7 @@ impl CatalogService {
         let mut unavailable = Vec::new();
         for (server, result) in self.manager.all_tools(refresh).await {
             match result {
-                Ok(tools) => entries.extend(tools.into_iter().map(|t| {
-                    Entry {
-                        kind: EntryKind::Upstream,
-                        category: server.clone(),
-                        name: t.name.to_string(),
-                        description: t.description.as_deref().unwrap_or_default().to_string(),
-                        input_schema: Some(serde_json::Value::Object((*t.input_schema).clone())),
-                        output_schema: t
-                            .output_schema
-                            .as_ref()
-                            .map(|s| serde_json::Value::Object((**s).clone())),
-                        keywords: t.title.into_iter().collect(),
-                        mcp_server: None,
-                    }
-                })),
+                Ok(tools) => entries.extend(tools.into_iter().map(|t| upstream_entry(&server, t))),
                 Err(e) => {
                     tracing::warn!(server = %server, error = %e, "upstream tools unavailable");
                     unavailable.push((server, e.to_string()));

@@ -118,7 +118,6 @@ pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
 
 fn categories(entries: &[Entry]) -> Vec<String> {
     let mut names: Vec<String> = entries.iter().map(|e| e.category.clone()).collect();
-    names.dedup();
     names.sort();
     names.dedup();
     names
