@@ -179,10 +179,21 @@ call_tool("everything.echo", {"message": "x"})
 for _ in range(200):
     t0 = time.perf_counter(); call_tool("everything.echo", {"message": "x"}); ts.append((time.perf_counter() - t0) * 1000)
 ts.sort()
+# The bridge alone: a call the host refuses at once (no upstream involved).
+hop = []
+for _ in range(200):
+    t0 = time.perf_counter()
+    try:
+        call_tool("no_such_server.x", {})
+    except ToolError:
+        pass
+    hop.append((time.perf_counter() - t0) * 1000)
+hop.sort()
 t0 = time.perf_counter()
 for _ in range(20):
     await asyncio.gather(*(call_tool_async("everything.echo", {"message": "x"}) for _ in range(50)))
-result = {"p50_ms": ts[100], "p99_ms": ts[198], "calls_per_second": 1000 / (time.perf_counter() - t0)}
+result = {"p50_ms": ts[100], "p99_ms": ts[198], "calls_per_second": 1000 / (time.perf_counter() - t0),
+          "bridge_only_p50_ms": hop[100]}
 """
 
 
@@ -210,7 +221,30 @@ def tool_calls() -> dict:
         "from_sandboxed_code": {"p50_ms": round(sandboxed["p50_ms"], 3), "p99_ms": round(sandboxed["p99_ms"], 3),
                                 "calls_per_second_50_concurrent": round(sandboxed["calls_per_second"])},
         "ratio_p50": round(sandboxed["p50_ms"] / one["p50_ms"], 3),
+        "bridge_round_trip_without_upstream_p50_ms": round(sandboxed["bridge_only_p50_ms"], 3),
+        "pipe_round_trip_between_two_processes_p50_ms": pipe_round_trip(),
     }
+
+
+PIPE_PING = """
+import os, time
+r1, w1 = os.pipe(); r2, w2 = os.pipe()
+if os.fork() == 0:
+    while (b := os.read(r1, 64)):
+        os.write(w2, b)
+    os._exit(0)
+ts = []
+for _ in range(2000):
+    t = time.perf_counter(); os.write(w1, b"x"); os.read(r2, 64); ts.append(time.perf_counter() - t)
+os.close(w1)
+print(sorted(ts)[1000] * 1000)
+"""
+
+
+def pipe_round_trip() -> float:
+    """The floor of any process boundary on this machine: one byte there and back over pipes."""
+    out = subprocess.run(["/usr/bin/python3", "-c", PIPE_PING], capture_output=True, text=True, check=True)
+    return round(float(out.stdout), 4)
 
 
 def machine() -> dict:

@@ -280,3 +280,70 @@ result = {"done": done, "error": error}
         assert "more than 5 tool calls" in body["result"]["error"]
         again = await run(client, "result = call_tool('everything.echo', {'message': 'fresh'})")
         assert again["result"] == "Echo: fresh", "the limit is per execution"
+
+
+async def test_a_result_over_the_size_limit_raises_and_the_next_call_works(data_dir: Path, tmp_path: Path):
+    code = """
+try:
+    call_tool("fault.big_text", {"mib": 17})
+    error = None
+except ToolError as e:
+    error = {"server": e.server, "tool": e.tool, "message": e.message}
+result = {"error": error, "after": call_tool("fault.ok", {})}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        error = body["result"]["error"]
+        assert error and error["server"] == "fault" and error["tool"] == "big_text", body
+        assert "over the 16777216-byte limit" in error["message"] and "ask the tool for less" in error["message"]
+        assert "ok from" in json.dumps(body["result"]["after"])
+
+
+async def test_calls_from_threads_a_timeout_in_code_and_a_late_answer(data_dir: Path, tmp_path: Path):
+    # Each thread reads its own answer, or is handed it by the thread that
+    # read it; an answer that arrives after its caller gave up is discarded.
+    code = """
+import threading
+try:
+    call_tool("fault.sleep", {"seconds": 1.5}, timeout=0.3)
+    late = None
+except ToolError as e:
+    late = str(e)
+answers = {}
+def work(i):
+    answers[i] = call_tool("everything.echo", {"message": str(i)})
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+import time
+time.sleep(1.5)  # the late answer arrives now, with nobody waiting for it
+result = {"late": late, "answers": [answers[i] for i in range(8)], "after": call_tool("everything.echo", {"message": "after"})}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert "no answer within 0.3 s" in body["result"]["late"], body
+        assert body["result"]["answers"] == [f"Echo: {i}" for i in range(8)], body
+        assert body["result"]["after"] == "Echo: after"
+
+
+async def test_an_answer_too_big_for_the_transport_fails_the_call_at_once(data_dir: Path, tmp_path: Path):
+    # Over 64 MiB the transport itself refuses the line; the waiting call
+    # gets an error right away (not its 60 s timeout) and the server stays up.
+    code = """
+import time
+t0 = time.monotonic()
+try:
+    call_tool("fault.big_text", {"mib": 65})
+    error = None
+except ToolError as e:
+    error = e.message
+result = {"error": error, "seconds": time.monotonic() - t0, "after": call_tool("fault.ok", {})}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert "over 64 MiB" in body["result"]["error"] and "ask the tool for less" in body["result"]["error"], body
+        assert body["result"]["seconds"] < 50, "the call waited for its timeout"
+        assert "ok from" in json.dumps(body["result"]["after"])

@@ -49,10 +49,19 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
             memory_mb: args.memory,
             ..Default::default()
         };
-        let answer = state.engine.execute(request, Some(bridge)).await;
+        // On a runtime worker, as the server's handlers run: answers from
+        // the sandbox and the upstreams wake it without a thread handoff.
+        let engine_state = state.clone();
+        let answer =
+            tokio::spawn(async move { engine_state.engine.execute(request, Some(bridge)).await })
+                .await;
         state.catalog.manager().shutdown().await;
         answer
     });
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(e) => anyhow::bail!("the execution task failed: {e}"),
+    };
     match answer {
         Ok(answer) => {
             println!("{}", serde_json::to_string_pretty(&answer)?);

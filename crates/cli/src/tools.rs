@@ -79,7 +79,18 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                 args,
                 repeat,
                 concurrency,
-            } => call_direct(&state, name, args, *repeat, *concurrency).await,
+            } => {
+                // On a runtime worker, as a server's handlers run (and as
+                // `exec` runs code): the same footing for both sides of the
+                // bridge benchmark.
+                let (state, name, args) = (state.clone(), name.clone(), args.clone());
+                let (repeat, concurrency) = (*repeat, *concurrency);
+                tokio::spawn(
+                    async move { call_direct(&state, &name, &args, repeat, concurrency).await },
+                )
+                .await
+                .unwrap_or_else(|e| Err(format!("the call task failed: {e}")))
+            }
             ToolsCommand::Refresh => {
                 state.catalog.manager().clear_cache();
                 let built = state.catalog.rebuild(true).await;

@@ -11,7 +11,7 @@ import ast
 import asyncio
 import builtins
 import itertools
-import queue
+import select
 import threading
 import collections
 import datetime as _datetime_module
@@ -23,11 +23,12 @@ import os
 import re
 import statistics
 import sys
+import time
 import traceback
 import types
 
-_BRIDGE_IN = os.fdopen(os.dup(0), "r", encoding="utf-8", newline="\n")
-_BRIDGE_OUT = os.fdopen(os.dup(1), "w", encoding="utf-8", newline="\n")
+_BRIDGE_IN = os.dup(0)
+_BRIDGE_OUT = os.dup(1)
 _devnull = os.open(os.devnull, os.O_RDONLY)
 os.dup2(_devnull, 0)
 os.close(_devnull)
@@ -39,9 +40,9 @@ _MAIN_PID = os.getpid()
 def _detach_bridge():
     # A forked child (os.fork, multiprocessing) must never answer for the
     # parent: only the process the host started speaks the protocol.
-    for stream in (_BRIDGE_IN, _BRIDGE_OUT):
+    for fd in (_BRIDGE_IN, _BRIDGE_OUT):
         try:
-            os.close(stream.fileno())
+            os.close(fd)
         except OSError:
             pass
 
@@ -59,17 +60,62 @@ def _send(message):
     if os.getpid() != _MAIN_PID:
         return
     line = json.dumps(message, default=str) + "\n"
+    data = memoryview(line.encode("utf-8", "surrogateescape"))
     with _SEND_LOCK:
-        _BRIDGE_OUT.write(line)
-        _BRIDGE_OUT.flush()
+        while data:
+            data = data[os.write(_BRIDGE_OUT, data) :]
 
 
 # --- the bridge: tool calls answered by the host ---------------------------------
 
-_REQUESTS = queue.Queue()
-_PENDING = {}
-_PENDING_LOCK = threading.Lock()
+# There is no reader thread: whichever thread waits for a message reads the
+# pipe itself while no other thread is, so a synchronous call gets its answer
+# without a thread handoff. Answers read for other threads are handed over
+# under _LOCK; asyncio calls (and answers nobody waits for any more) are read
+# by a pump thread started on first need.
+_LOCK = threading.Lock()
+_ARRIVED = threading.Condition(_LOCK)  # a message was dispatched, or the pipe is free
+_PUMP_WANTED = threading.Condition(_LOCK)  # async calls or abandoned answers are pending
+_STATE = {"reading": False, "eof": False, "pump": None}
+_REQUESTS = collections.deque()  # host requests ("exec") for the main loop
+_ANSWERS = {}  # id -> answer, for synchronous waiters
+_CALLBACKS = {}  # id -> callable(answer), for asyncio futures
+_ABANDONED = set()  # ids whose caller gave up waiting
 _IDS = itertools.count(1)
+
+
+class _Lines:
+    """Lines from a file descriptor, read with a deadline."""
+
+    def __init__(self, fd):
+        self.fd, self.buf, self.scanned = fd, bytearray(), 0
+        # Read into one reused buffer: os.read(fd, big) would map and unmap
+        # fresh memory on every call.
+        self.chunk = bytearray(1 << 16)
+        self.view = memoryview(self.chunk)
+
+    def next(self, timeout):
+        """One line; b"" at end of input; None when `timeout` (seconds) passes first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            end = self.buf.find(b"\n", self.scanned)
+            if end >= 0:
+                line = bytes(self.buf[: end + 1])
+                del self.buf[: end + 1]
+                self.scanned = 0
+                return line
+            self.scanned = len(self.buf)
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                    return None
+            n = os.readv(self.fd, [self.chunk])
+            if not n:
+                return b""
+            self.buf += self.view[:n]
+
+
+_LINES = _Lines(_BRIDGE_IN)
 
 
 class ToolError(Exception):
@@ -81,29 +127,94 @@ class ToolError(Exception):
         super().__init__(f"{where}: {message}")
 
 
-def _reader():
-    # Routes the host's lines: executions to the main loop, answers to
-    # whoever waits for them (a thread or an asyncio future).
-    for line in _BRIDGE_IN:
+def _dispatch(line):
+    # Called with _LOCK held, by the thread that read `line`.
+    if not line:
+        _STATE["eof"] = True
+        _REQUESTS.append({"type": "exit"})
+        return
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return
+    if message.get("type") != "answer":
+        _REQUESTS.append(message)
+        return
+    request_id = message.get("id")
+    callback = _CALLBACKS.pop(request_id, None)
+    if callback is not None:
+        callback(message)
+    elif request_id in _ABANDONED:
+        _ABANDONED.discard(request_id)
+    else:
+        _ANSWERS[request_id] = message
+
+
+def _wait(take, timeout=None, may_read=None):
+    """Returns take() (called with _LOCK held) once it is not None, reading
+    the pipe when no other thread is (and may_read() allows); None after
+    `timeout` seconds or at end of input."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        with _LOCK:
+            while True:
+                got = take()
+                if got is not None or _STATE["eof"]:
+                    return got
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                if not _STATE["reading"] and (may_read is None or may_read()):
+                    _STATE["reading"] = True
+                    break
+                (_ARRIVED if may_read is None else _PUMP_WANTED).wait(left)
+        line = None
         try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if message.get("type") == "answer":
-            with _PENDING_LOCK:
-                waiter = _PENDING.pop(message.get("id"), None)
-            if waiter is not None:
-                waiter(message)
-        else:
-            _REQUESTS.put(message)
-    _REQUESTS.put({"type": "exit"})
+            line = _LINES.next(left)
+        finally:
+            with _LOCK:
+                _STATE["reading"] = False
+                if line is not None:
+                    _dispatch(line)
+                _ARRIVED.notify_all()
+                if _CALLBACKS or _ABANDONED:
+                    _PUMP_WANTED.notify()
 
 
-def _ask(kind, payload, waiter):
+def _pump():
+    _wait(lambda: None, may_read=lambda: bool(_CALLBACKS or _ABANDONED))
+
+
+def _want_pump():
+    # With _LOCK held: make sure a thread reads for async calls and abandoned answers.
+    if _STATE["pump"] is None:
+        _STATE["pump"] = threading.Thread(target=_pump, name="cem-bridge", daemon=True)
+        _STATE["pump"].start()
+    _PUMP_WANTED.notify()
+
+
+def _ask(kind, payload, callback=None):
+    if os.getpid() != _MAIN_PID:
+        raise ToolError("", payload.get("tool", "search_tools"), "tools cannot be called from a forked process; call them from the main process")
     request_id = next(_IDS)
-    with _PENDING_LOCK:
-        _PENDING[request_id] = waiter
+    if callback is not None:
+        with _LOCK:
+            _CALLBACKS[request_id] = callback
+            _want_pump()
     _send({"type": kind, "id": request_id, **payload})
+    return request_id
+
+
+def _answer(request_id, timeout=None):
+    """Waits for the answer to a synchronous request; None after `timeout`."""
+    message = _wait(lambda: _ANSWERS.pop(request_id, None), timeout)
+    if message is None:
+        with _LOCK:
+            message = _ANSWERS.pop(request_id, None)
+            if message is None:
+                _ABANDONED.add(request_id)
+                _want_pump()
+    return message
 
 
 def _outcome(message, tool):
@@ -116,17 +227,12 @@ def _outcome(message, tool):
 
 def call_tool(tool, arguments=None, timeout=None):
     """Calls an upstream tool ("server.tool" or "server__tool") and returns its result."""
-    done = threading.Event()
-    box = {}
-
-    def waiter(message):
-        box["message"] = message
-        done.set()
-
-    _ask("call", {"tool": tool, "arguments": arguments or {}}, waiter)
-    if not done.wait(timeout):
+    message = _answer(_ask("call", {"tool": tool, "arguments": arguments or {}}), timeout)
+    if message is None:
+        if _STATE["eof"]:
+            raise ToolError("", tool, "the host closed the bridge")
         raise ToolError("", tool, f"no answer within {timeout} s")
-    return _outcome(box["message"], tool)
+    return _outcome(message, tool)
 
 
 async def call_tool_async(tool, arguments=None):
@@ -134,28 +240,24 @@ async def call_tool_async(tool, arguments=None):
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
-    def waiter(message):
-        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(message))
+    def deliver(message):
+        try:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(message))
+        except RuntimeError:  # the event loop is closed: nobody waits any more
+            pass
 
-    _ask("call", {"tool": tool, "arguments": arguments or {}}, waiter)
+    _ask("call", {"tool": tool, "arguments": arguments or {}}, deliver)
     return _outcome(await future, tool)
 
 
 def search_tools(query, category=None, detail_level="summary", limit=10):
     """Searches the tool catalog: the same answer as the search_tools MCP tool."""
-    done = threading.Event()
-    box = {}
-
-    def waiter(message):
-        box["message"] = message
-        done.set()
-
     args = {"query": query, "detail_level": detail_level, "limit": limit}
     if category:
         args["category"] = category
-    _ask("search", {"arguments": args}, waiter)
-    done.wait()
-    message = box["message"]
+    message = _answer(_ask("search", {"arguments": args}))
+    if message is None:
+        raise ToolError("", "search_tools", "the host closed the bridge")
     if not message.get("ok"):
         raise ToolError("", "search_tools", (message.get("error") or {}).get("message", "failed"))
     return message.get("value")
@@ -450,10 +552,9 @@ def _run(request, ns):
 
 def main():
     ns = _namespace()
-    threading.Thread(target=_reader, name="cem-bridge", daemon=True).start()
     _send({"type": "ready", "pid": os.getpid()})
     while True:
-        request = _REQUESTS.get()
+        request = _wait(lambda: _REQUESTS.popleft() if _REQUESTS else None) or {"type": "exit"}
         kind = request.get("type")
         if kind == "exec":
             _send(_run(request, ns))

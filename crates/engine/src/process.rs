@@ -11,12 +11,18 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::bridge::Bridge;
+use crate::bridge::{BoxFuture, Bridge};
 use crate::runtime::RUNTIME_TARGET;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use serde_json::json;
 
 /// Longest line accepted from the runtime (answers are capped well below).
 const MAX_LINE: usize = 32 << 20;
+/// Tool results larger than this (as JSON) are refused with advice: they
+/// would cost the sandbox's memory and the host's pipe time for data code
+/// can rarely use whole.
+pub const MAX_RESULT_BYTES: usize = 16 << 20;
 /// Diagnostics (the interpreter's stderr) kept for error reports.
 const STDERR_TAIL: usize = 4096;
 /// How long an interpreter may take to say it is ready.
@@ -92,37 +98,48 @@ impl CallStats {
     }
 }
 
-/// Reads the runtime's stdout line by line into a channel.
-fn spawn_reader(stdout: ChildStdout) -> tokio::sync::mpsc::Receiver<Result<Value, String>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(256);
-    tokio::spawn(async move {
-        let mut reader = BufReader::new(stdout);
+/// The runtime's stdout as JSON lines. Cancel-safe: a partial line stays
+/// in `line` (or the reader's buffer) when a `select!` drops `next`, so the
+/// exchange can read it in the same task that runs the calls (no extra hop
+/// per tool call).
+struct Lines {
+    reader: BufReader<ChildStdout>,
+    line: Vec<u8>,
+}
+
+impl Lines {
+    fn new(stdout: ChildStdout) -> Self {
+        Self {
+            reader: BufReader::with_capacity(64 << 10, stdout),
+            line: Vec::new(),
+        }
+    }
+
+    /// The next message; `None` at end of output.
+    async fn next(&mut self) -> Option<Result<Value, String>> {
         loop {
-            let mut buf = Vec::new();
-            let n = match (&mut reader)
-                .take(MAX_LINE as u64)
-                .read_until(b'\n', &mut buf)
-                .await
-            {
-                Ok(n) => n,
-                Err(_) => return,
-            };
-            if n == 0 {
-                return;
+            let available = self.reader.fill_buf().await.ok()?;
+            if available.is_empty() {
+                return None;
             }
-            let item = if !buf.ends_with(b"\n") {
-                Err(format!("the runtime sent a line over {MAX_LINE} bytes"))
-            } else {
-                serde_json::from_slice(&buf)
-                    .map_err(|e| format!("the runtime sent invalid JSON: {e}"))
-            };
-            let stop = item.is_err();
-            if tx.send(item).await.is_err() || stop {
-                return;
+            let newline = available.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            self.line.extend_from_slice(&available[..take]);
+            self.reader.consume(take);
+            if self.line.len() > MAX_LINE {
+                self.line = Vec::new();
+                return Some(Err(format!(
+                    "the runtime sent a line over {MAX_LINE} bytes"
+                )));
+            }
+            if newline.is_some() {
+                let item = serde_json::from_slice(&self.line)
+                    .map_err(|e| format!("the runtime sent invalid JSON: {e}"));
+                self.line.clear();
+                return Some(item);
             }
         }
-    });
-    rx
+    }
 }
 
 /// A started interpreter that has said it is ready.
@@ -131,9 +148,7 @@ pub struct Interp {
     watch: Arc<DiskWatch>,
     watchdog: Option<tokio::task::JoinHandle<()>>,
     stdin: ChildStdin,
-    /// Lines from the runtime, parsed by a reader task (so waiting for one
-    /// can be cancelled without losing half a line).
-    messages: tokio::sync::mpsc::Receiver<Result<Value, String>>,
+    messages: Lines,
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
@@ -245,7 +260,7 @@ impl Interp {
             watch,
             watchdog,
             stdin,
-            messages: spawn_reader(stdout),
+            messages: Lines::new(stdout),
             stderr: tail,
             cgroup,
             memory_mb,
@@ -297,22 +312,20 @@ impl Interp {
         stats: &mut CallStats,
     ) -> Result<Value, Failure> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut line = serde_json::to_vec(request).map_err(|e| Failure::Protocol(e.to_string()))?;
-        line.push(b'\n');
-        if self.stdin.write_all(&line).await.is_err() || self.stdin.flush().await.is_err() {
-            return Err(self.died().await);
-        }
-        // Answers of tool calls running on the host, to write back in any order.
-        let (answers_tx, mut answers) = tokio::sync::mpsc::channel::<Value>(256);
+        self.send(request, deadline).await?;
+        // Tool calls in flight, polled by this task: an answer goes back
+        // without a hop through another task. Whatever is still running when
+        // the code's result arrives is dropped, which cancels it upstream.
+        let mut calls: FuturesUnordered<BoxFuture<Vec<u8>>> = FuturesUnordered::new();
         enum Step {
             Message(Option<Result<Value, String>>),
-            Answer(Value),
+            Answer(Vec<u8>),
             TimedOut,
         }
         loop {
             let step = tokio::select! {
-                m = self.messages.recv() => Step::Message(m),
-                Some(a) = answers.recv() => Step::Answer(a),
+                m = self.messages.next() => Step::Message(m),
+                Some(a) = calls.next(), if !calls.is_empty() => Step::Answer(a),
                 () = tokio::time::sleep_until(deadline) => Step::TimedOut,
             };
             match step {
@@ -320,16 +333,7 @@ impl Interp {
                     self.kill().await;
                     return Err(Failure::Timeout);
                 }
-                Step::Answer(answer) => {
-                    let mut out = serde_json::to_vec(&answer)
-                        .map_err(|e| Failure::Protocol(e.to_string()))?;
-                    out.push(b'\n');
-                    if self.stdin.write_all(&out).await.is_err()
-                        || self.stdin.flush().await.is_err()
-                    {
-                        return Err(self.died().await);
-                    }
-                }
+                Step::Answer(line) => self.send_line(line, deadline).await?,
                 Step::Message(None) => return Err(self.died().await),
                 Step::Message(Some(Err(problem))) => {
                     self.kill().await;
@@ -338,59 +342,7 @@ impl Interp {
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
                     Some(kind @ ("call" | "search")) => {
-                        let id = msg.get("id").cloned().unwrap_or(Value::Null);
-                        let tx = answers_tx.clone();
-                        let over_limit = kind == "call" && stats.calls >= stats.max_calls;
-                        if kind == "call" {
-                            stats.calls += 1;
-                        }
-                        let Some(bridge) = bridge.cloned().filter(|_| !over_limit) else {
-                            let why = if over_limit {
-                                format!(
-                                    "more than {} tool calls in one execution; batch the work or split it over calls",
-                                    stats.max_calls
-                                )
-                            } else {
-                                "no tools are available to this execution".to_string()
-                            };
-                            let _ = tx.send(json!({"type": "answer", "id": id, "ok": false, "error": {"message": why}})).await;
-                            continue;
-                        };
-                        let results = stats.results.clone();
-                        if kind == "call" {
-                            let tool = msg
-                                .get("tool")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_string();
-                            let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
-                            tokio::spawn(async move {
-                                let answer = match bridge.call(tool, arguments).await {
-                                    Ok(value) => {
-                                        if let Ok(mut r) = results.lock() {
-                                            r.push(value.to_string());
-                                        }
-                                        json!({"type": "answer", "id": id, "ok": true, "value": value})
-                                    }
-                                    Err(e) => json!({"type": "answer", "id": id, "ok": false,
-                                                     "error": {"server": e.server, "tool": e.tool, "message": e.message}}),
-                                };
-                                let _ = tx.send(answer).await;
-                            });
-                        } else {
-                            let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
-                            tokio::spawn(async move {
-                                let answer = match bridge.search(arguments).await {
-                                    Ok(value) => {
-                                        json!({"type": "answer", "id": id, "ok": true, "value": value})
-                                    }
-                                    Err(e) => {
-                                        json!({"type": "answer", "id": id, "ok": false, "error": {"message": e}})
-                                    }
-                                };
-                                let _ = tx.send(answer).await;
-                            });
-                        }
+                        calls.push(relay(kind == "call", msg, bridge, stats));
                     }
                     _ => {
                         self.kill().await;
@@ -403,9 +355,40 @@ impl Interp {
         }
     }
 
+    /// Writes one JSON line to the runtime. A runtime that stops reading
+    /// cannot stall the exchange past its deadline.
+    async fn send(
+        &mut self,
+        message: &Value,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Failure> {
+        let line = serde_json::to_vec(message).map_err(|e| Failure::Protocol(e.to_string()))?;
+        self.send_line(line, deadline).await
+    }
+
+    async fn send_line(
+        &mut self,
+        mut line: Vec<u8>,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), Failure> {
+        line.push(b'\n');
+        let write = async {
+            self.stdin.write_all(&line).await?;
+            self.stdin.flush().await
+        };
+        match tokio::time::timeout_at(deadline, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(self.died().await),
+            Err(_) => {
+                self.kill().await;
+                Err(Failure::Timeout)
+            }
+        }
+    }
+
     /// Reads one JSON line from the runtime.
     async fn read_message(&mut self) -> Result<Value, Failure> {
-        match self.messages.recv().await {
+        match self.messages.next().await {
             Some(Ok(msg)) => Ok(msg),
             Some(Err(problem)) => {
                 self.kill().await;
@@ -492,6 +475,94 @@ fn next_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The answer line to one "call" or "search" message from the runtime, as
+/// a future the exchange polls.
+fn relay(
+    is_call: bool,
+    msg: Value,
+    bridge: Option<&Arc<dyn Bridge>>,
+    stats: &mut CallStats,
+) -> BoxFuture<Vec<u8>> {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let over_limit = is_call && stats.calls >= stats.max_calls;
+    if is_call {
+        stats.calls += 1;
+    }
+    if over_limit {
+        let why = format!(
+            "more than {} tool calls in one execution; batch the work or split it over calls",
+            stats.max_calls
+        );
+        return Box::pin(async move { failed(&id, "", "", why) });
+    }
+    let Some(bridge) = bridge.cloned() else {
+        return Box::pin(async move {
+            failed(
+                &id,
+                "",
+                "",
+                "no tools are available to this execution".into(),
+            )
+        });
+    };
+    let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
+    if !is_call {
+        return Box::pin(async move {
+            match bridge.search(arguments).await {
+                Ok(value) => answered(&id, &value.to_string()),
+                Err(e) => failed(&id, "", "", e),
+            }
+        });
+    }
+    let tool = msg
+        .get("tool")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let results = stats.results.clone();
+    Box::pin(async move {
+        match bridge.call(tool.clone(), arguments).await {
+            Ok(value) => {
+                // Serialised once: for the answer line and the token count.
+                let text = value.to_string();
+                if text.len() > MAX_RESULT_BYTES {
+                    let (server, name) = split_tool(&tool);
+                    let why = format!(
+                        "the result is {} bytes, over the {MAX_RESULT_BYTES}-byte limit; ask the tool for less (filters, pages)",
+                        text.len()
+                    );
+                    return failed(&id, server, name, why);
+                }
+                let line = answered(&id, &text);
+                if let Ok(mut r) = results.lock() {
+                    r.push(text);
+                }
+                line
+            }
+            Err(e) => failed(&id, &e.server, &e.tool, e.message),
+        }
+    })
+}
+
+/// A successful answer line around `value_json`, already serialised.
+fn answered(id: &Value, value_json: &str) -> Vec<u8> {
+    format!(r#"{{"type":"answer","id":{id},"ok":true,"value":{value_json}}}"#).into_bytes()
+}
+
+fn failed(id: &Value, server: &str, tool: &str, message: String) -> Vec<u8> {
+    json!({"type": "answer", "id": id, "ok": false,
+           "error": {"server": server, "tool": tool, "message": message}})
+    .to_string()
+    .into_bytes()
+}
+
+/// "server.tool" or "server__tool" as (server, tool); ("", name) otherwise.
+fn split_tool(name: &str) -> (&str, &str) {
+    name.split_once("__")
+        .or_else(|| name.split_once('.'))
+        .unwrap_or(("", name))
 }
 
 /// Kills the interpreter (by its launcher's pid) when, since the last call

@@ -12,8 +12,6 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 
-/// Results larger than this (as JSON) are refused with advice.
-const MAX_RESULT_BYTES: usize = 16 << 20;
 /// Binary content above this many bytes is written to the workspace.
 const INLINE_BINARY: usize = 64 << 10;
 
@@ -65,21 +63,28 @@ async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Val
         .map_err(|e| fail(server, name, e.to_string()))?;
     let server = upstream.config.name.clone();
     // `get_sum` from Python means the upstream's `get-sum`. Only this
-    // server's list is consulted (cache first): other upstreams stay unstarted.
-    let mut known = manager.known_tool_names(&server);
-    if known.is_empty() {
-        known = manager
-            .tools(&server, false)
-            .await
-            .map(|t| t.iter().map(|t| t.name.to_string()).collect())
-            .unwrap_or_default();
-    }
-    let name = known
-        .iter()
-        .find(|t| *t == name)
-        .or_else(|| known.iter().find(|t| alias(t) == alias(name)))
-        .cloned()
-        .unwrap_or_else(|| name.to_string());
+    // server's list is consulted (in memory first): other upstreams stay
+    // unstarted.
+    let wanted = alias(name);
+    let pick = |t: &str| t == name || alias(t) == wanted;
+    let name = match manager.find_known_tool(&server, |t| t == name) {
+        Some(found) => found,
+        None => match manager.find_known_tool(&server, pick) {
+            Some(found) => found,
+            None => manager
+                .tools(&server, false)
+                .await
+                .ok()
+                .and_then(|tools| {
+                    tools
+                        .iter()
+                        .find(|t| t.name == name)
+                        .or_else(|| tools.iter().find(|t| pick(&t.name)))
+                        .map(|t| t.name.to_string())
+                })
+                .unwrap_or_else(|| name.to_string()),
+        },
+    };
     let arguments = match arguments {
         Value::Null => None,
         Value::Object(map) => Some(map),
@@ -107,16 +112,6 @@ async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Val
         Some(structured) => structured,
         None => convert(state, &content),
     };
-    let size = value.to_string().len();
-    if size > MAX_RESULT_BYTES {
-        return Err(fail(
-            &server,
-            &name,
-            format!(
-                "the result is {size} bytes, over the {MAX_RESULT_BYTES}-byte limit; ask the tool for less (filters, pages)"
-            ),
-        ));
-    }
     Ok(value)
 }
 

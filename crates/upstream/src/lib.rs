@@ -14,6 +14,7 @@ mod error;
 mod handler;
 mod manager;
 pub mod sse;
+mod stdio;
 
 pub use error::UpstreamError;
 pub use manager::{Manager, ServerStatus, Upstream};

@@ -10,8 +10,10 @@ use std::time::Duration;
 use cem_config::{Config, ServerConfig, Transport};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, Tool};
 use rmcp::service::{Peer, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+
+use crate::stdio::{self, ChildTransport};
 use rmcp::{RoleClient, ServiceExt};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -60,6 +62,8 @@ pub struct Upstream {
     stale: Arc<AtomicBool>,
     changed: Arc<Notify>,
     connect_timeout: Duration,
+    /// Bumped when the server starts sending a message too big to accept.
+    oversized: tokio::sync::watch::Sender<u64>,
 }
 
 impl Upstream {
@@ -149,15 +153,19 @@ impl Upstream {
                 if let Some(dir) = cwd {
                     cmd.current_dir(dir);
                 }
-                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
-                    .spawn()
-                    .map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => fail(format!(
-                            "command '{command}' not found; install it or fix mcpServers.{name}.command"
-                        )),
-                        _ => fail(format!("cannot start '{command}': {e}")),
-                    })?;
+                    .kill_on_drop(true);
+                let mut child = cmd.spawn().map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => fail(format!(
+                        "command '{command}' not found; install it or fix mcpServers.{name}.command"
+                    )),
+                    _ => fail(format!("cannot start '{command}': {e}")),
+                })?;
+                let stderr = child.stderr.take();
+                let transport = ChildTransport::new(child, self.oversized.clone())
+                    .map_err(|e| fail(e.to_string()))?;
                 if let Some(stderr) = stderr {
                     let server = name.clone();
                     tokio::spawn(async move {
@@ -250,6 +258,7 @@ impl Manager {
                     stale: Arc::new(AtomicBool::new(false)),
                     changed: changed.clone(),
                     connect_timeout,
+                    oversized: tokio::sync::watch::Sender::new(0),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -373,7 +382,28 @@ impl Manager {
             params = params.with_arguments(args);
         }
         let limit = timeout.unwrap_or_else(|| self.timeout_for(upstream));
-        match tokio::time::timeout(limit, peer.call_tool_once(params)).await {
+        let mut oversized = upstream.oversized.subscribe();
+        oversized.mark_unchanged();
+        let call = async {
+            tokio::select! {
+                answer = peer.call_tool_once(params) => Some(answer),
+                _ = oversized.changed() => None,
+            }
+        };
+        let answer = match tokio::time::timeout(limit, call).await {
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => {
+                return Err(UpstreamError::Call {
+                    server: name,
+                    cause: format!(
+                        "the server sent a message over {} MiB while '{tool}' was running (most likely its answer), which is refused; ask the tool for less (filters, pages)",
+                        stdio::MAX_MESSAGE_BYTES >> 20
+                    ),
+                });
+            }
+            Err(elapsed) => Err(elapsed),
+        };
+        match answer {
             Ok(Ok(CallToolResponse::Complete(result))) => Ok(result),
             Ok(Ok(_)) => Err(UpstreamError::Call {
                 server: name,
@@ -431,16 +461,16 @@ impl Manager {
         cache::clear(&self.cache_dir);
     }
 
-    /// The names of `server`'s tools as last seen (memory only, never connects).
-    pub fn known_tool_names(&self, server: &str) -> Vec<String> {
-        self.known
-            .lock()
-            .ok()
-            .and_then(|k| {
-                k.get(server)
-                    .map(|t| t.iter().map(|t| t.name.to_string()).collect())
-            })
-            .unwrap_or_default()
+    /// The name in `server`'s known tool list that `pick` chooses, without
+    /// copying the list; `None` when no list is known yet (or `pick` finds
+    /// nothing). Memory only: never connects.
+    pub fn find_known_tool(&self, server: &str, pick: impl Fn(&str) -> bool) -> Option<String> {
+        let known = self.known.lock().ok()?;
+        known
+            .get(server)?
+            .iter()
+            .find(|t| pick(&t.name))
+            .map(|t| t.name.to_string())
     }
 
     /// Closes every connection (stdio servers are stopped).

@@ -46,5 +46,11 @@ def big_image(kib: int) -> Image:
     return Image(data=bytes(range(256)) * (kib * 4), format="png")
 
 
+@server.tool()
+def big_text(mib: int) -> str:
+    """Returns `mib` MiB of text (for the result-size limit)."""
+    return "x" * (mib << 20)
+
+
 if __name__ == "__main__":
     server.run()

@@ -1,0 +1,132 @@
+//! The stdio transport to an upstream server: rmcp's line transport over a
+//! child's pipes, with a watch on line sizes. rmcp drops a line over its
+//! limit and only logs it, which would leave the call that waits for that
+//! answer hanging until its timeout; the watch lets the manager fail the
+//! calls in flight at once, with advice.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::watch;
+
+/// The largest message accepted from a stdio upstream.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// How long a server may take to exit after its stdin closes.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A child process speaking MCP on its stdin and stdout. Dropping it kills
+/// the child (`kill_on_drop` on its command).
+pub struct ChildTransport {
+    child: Child,
+    inner: AsyncRwTransport<RoleClient, Watched, ChildStdin>,
+}
+
+impl ChildTransport {
+    /// Wraps a child spawned with piped stdin and stdout; `oversized` is
+    /// bumped each time a message over [`MAX_MESSAGE_BYTES`] starts arriving.
+    pub fn new(mut child: Child, oversized: watch::Sender<u64>) -> std::io::Result<Self> {
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(std::io::Error::other(
+                "the child's stdin or stdout is not piped",
+            ));
+        };
+        let watched = Watched {
+            inner: stdout,
+            lines: LineWatch {
+                line: 0,
+                flagged: false,
+                oversized,
+            },
+        };
+        let inner = AsyncRwTransport::new(watched, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
+        Ok(Self { child, inner })
+    }
+}
+
+impl Transport<RoleClient> for ChildTransport {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.inner.receive()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let closed = self.inner.close().await;
+        // The end of its stdin asks the server to exit; one that ignores it
+        // is stopped.
+        if tokio::time::timeout(EXIT_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.start_kill();
+        }
+        closed
+    }
+}
+
+/// The child's stdout, counting the bytes of the line being read.
+pub struct Watched {
+    inner: ChildStdout,
+    lines: LineWatch,
+}
+
+struct LineWatch {
+    /// Bytes of the current line so far.
+    line: usize,
+    /// Whether the current line was already reported.
+    flagged: bool,
+    oversized: watch::Sender<u64>,
+}
+
+impl LineWatch {
+    fn observe(&mut self, bytes: &[u8]) {
+        match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(last) => {
+                let first = bytes.iter().position(|&b| b == b'\n').unwrap_or(last);
+                self.check(self.line + first);
+                self.line = bytes.len() - last - 1;
+                self.flagged = false;
+            }
+            None => self.line += bytes.len(),
+        }
+        self.check(self.line);
+    }
+
+    fn check(&mut self, length: usize) {
+        if length > MAX_MESSAGE_BYTES && !self.flagged {
+            self.flagged = true;
+            self.oversized.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.lines.observe(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
