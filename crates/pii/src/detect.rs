@@ -1,0 +1,282 @@
+//! Runs every detector over a text and resolves overlapping findings.
+
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::{Kind, checks, phone, secret};
+
+/// One finding: `text[start..end]` (byte offsets) is of `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entity {
+    pub kind: Kind,
+    pub start: usize,
+    pub end: usize,
+}
+
+/// Everything in `text` that is personal data or a secret, in order, not
+/// overlapping. Where matches overlap, the longest wins, then the more
+/// specific kind (a card number over a phone number of the same digits).
+pub fn detect(text: &str) -> Vec<Entity> {
+    let mut found = Vec::new();
+    emails(text, &mut found);
+    ssns(text, &mut found);
+    cards(text, &mut found);
+    ipv4s(text, &mut found);
+    ipv6s(text, &mut found);
+    ibans(text, &mut found);
+    phone::find(text, &mut found);
+    secret::find(text, &mut found);
+    resolve(found)
+}
+
+fn resolve(mut found: Vec<Entity>) -> Vec<Entity> {
+    found.sort_by(|a, b| {
+        (b.end - b.start)
+            .cmp(&(a.end - a.start))
+            .then(b.kind.specificity().cmp(&a.kind.specificity()))
+            .then(a.start.cmp(&b.start))
+    });
+    let mut taken: BTreeMap<usize, Entity> = BTreeMap::new();
+    for e in found {
+        let before = taken.range(..=e.start).next_back();
+        let after = taken.range(e.start..).next();
+        let clash =
+            before.is_some_and(|(_, p)| p.end > e.start) || after.is_some_and(|(s, _)| *s < e.end);
+        if !clash {
+            taken.insert(e.start, e);
+        }
+    }
+    taken.into_values().collect()
+}
+
+/// Whether `text[start..end]` stands on its own: not glued to letters or
+/// digits, nor to them through one of `joiners` (so `ORD-2024-000123` is
+/// not a phone number and `v1.2.3.4` not an address).
+pub(crate) fn bounded(text: &str, start: usize, end: usize, joiners: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    let mut back = text[..start].chars().rev();
+    match back.next() {
+        Some(c) if word(c) => return false,
+        Some(c) if joiners.contains(c) && back.next().is_some_and(word) => return false,
+        _ => {}
+    }
+    let mut ahead = text[end..].chars();
+    match ahead.next() {
+        Some(c) if word(c) => false,
+        Some(c) if joiners.contains(c) && ahead.next().is_some_and(word) => false,
+        _ => true,
+    }
+}
+
+/// Compiles one of the crate's constant patterns. Each is compiled by the
+/// unit tests, so this cannot fail in a build that passed them.
+#[allow(
+    clippy::expect_used,
+    reason = "constant patterns, each compiled by the tests"
+)]
+pub(crate) fn pattern(re: &str) -> Regex {
+    Regex::new(re).expect("a constant pattern compiles")
+}
+
+pub(crate) fn digits(s: &str) -> Vec<u8> {
+    s.bytes().filter(u8::is_ascii_digit).collect()
+}
+
+fn emails(text: &str, found: &mut Vec<Entity>) {
+    static EMAIL: LazyLock<Regex> = LazyLock::new(|| {
+        pattern(
+            r"(?i-u)[a-z0-9](?:[a-z0-9._%+'-]{0,62}[a-z0-9_%+-])?@(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24}",
+        )
+    });
+    for m in EMAIL.find_iter(text) {
+        if bounded(text, m.start(), m.end(), ".-+") {
+            found.push(Entity {
+                kind: Kind::Email,
+                start: m.start(),
+                end: m.end(),
+            });
+        }
+    }
+}
+
+fn ssns(text: &str, found: &mut Vec<Entity>) {
+    static SSN: LazyLock<Regex> = LazyLock::new(|| pattern(r"(\d{3})([- ])(\d{2})([- ])(\d{4})"));
+    for c in SSN.captures_iter(text) {
+        let (Some(m), Some(a), Some(s1), Some(g), Some(s2), Some(n)) =
+            (c.get(0), c.get(1), c.get(2), c.get(3), c.get(4), c.get(5))
+        else {
+            continue;
+        };
+        let num = |m: regex::Match| m.as_str().parse::<u32>().unwrap_or(0);
+        if s1.as_str() == s2.as_str()
+            && checks::ssn(num(a), num(g), num(n))
+            && bounded(text, m.start(), m.end(), "-.")
+        {
+            found.push(Entity {
+                kind: Kind::Ssn,
+                start: m.start(),
+                end: m.end(),
+            });
+        }
+    }
+}
+
+fn cards(text: &str, found: &mut Vec<Entity>) {
+    static CARD: LazyLock<Regex> = LazyLock::new(|| pattern(r"\d(?:[ -]?\d){11,18}"));
+    for m in CARD.find_iter(text) {
+        let s = m.as_str();
+        let d = digits(s);
+        let seps: Vec<char> = s.chars().filter(|c| !c.is_ascii_digit()).collect();
+        let groups: Vec<usize> = s.split([' ', '-']).map(str::len).collect();
+        let grouped = seps.is_empty()
+            || (seps.iter().all(|c| *c == seps[0])
+                && (groups[..groups.len() - 1].iter().all(|g| *g == 4)
+                    || groups == [4, 6, 5]
+                    || groups == [4, 6, 4]));
+        if grouped
+            && checks::luhn(&d)
+            && checks::card_issuer(&d)
+            && bounded(text, m.start(), m.end(), "-.")
+        {
+            found.push(Entity {
+                kind: Kind::CreditCard,
+                start: m.start(),
+                end: m.end(),
+            });
+        }
+    }
+}
+
+fn ipv4s(text: &str, found: &mut Vec<Entity>) {
+    static IPV4: LazyLock<Regex> = LazyLock::new(|| pattern(r"(?:\d{1,3}\.){3}\d{1,3}"));
+    for m in IPV4.find_iter(text) {
+        let octets_ok = m.as_str().split('.').all(|o| {
+            o.parse::<u16>().is_ok_and(|v| v <= 255) && (o.len() == 1 || !o.starts_with('0'))
+        });
+        let version = text[..m.start()]
+            .trim_end()
+            .to_ascii_lowercase()
+            .ends_with("version");
+        if octets_ok && !version && bounded(text, m.start(), m.end(), ".-") {
+            found.push(Entity {
+                kind: Kind::Ip,
+                start: m.start(),
+                end: m.end(),
+            });
+        }
+    }
+}
+
+fn ipv6s(text: &str, found: &mut Vec<Entity>) {
+    static IPV6: LazyLock<Regex> =
+        LazyLock::new(|| pattern(r"[0-9A-Fa-f]{0,4}:[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*"));
+    for m in IPV6.find_iter(text) {
+        let mut end = m.end();
+        let mut s = m.as_str();
+        // Sentence punctuation after an address is not part of it.
+        while s.ends_with('.') || (s.ends_with(':') && !s.ends_with("::")) {
+            s = &s[..s.len() - 1];
+            end -= 1;
+        }
+        let groups = s.split(':').filter(|g| !g.is_empty()).count();
+        if groups >= 3 && s.parse::<Ipv6Addr>().is_ok() && bounded(text, m.start(), end, ":.") {
+            found.push(Entity {
+                kind: Kind::Ip,
+                start: m.start(),
+                end,
+            });
+        }
+    }
+}
+
+fn ibans(text: &str, found: &mut Vec<Entity>) {
+    static IBAN: LazyLock<Regex> =
+        LazyLock::new(|| pattern(r"[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?"));
+    for m in IBAN.find_iter(text) {
+        // The pattern may take a following upper-case word: try shorter ends.
+        let mut s = m.as_str();
+        loop {
+            let compact: String = s.chars().filter(|c| *c != ' ').collect();
+            if checks::iban(&compact) && bounded(text, m.start(), m.start() + s.len(), "-") {
+                found.push(Entity {
+                    kind: Kind::Iban,
+                    start: m.start(),
+                    end: m.start() + s.len(),
+                });
+                break;
+            }
+            match s.rfind(' ') {
+                Some(i) if i > 4 => s = &s[..i],
+                _ => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(text: &str) -> Vec<(Kind, &str)> {
+        detect(text)
+            .into_iter()
+            .map(|e| (e.kind, &text[e.start..e.end]))
+            .collect()
+    }
+
+    #[test]
+    fn finds_each_kind() {
+        assert_eq!(
+            kinds("mail ana.b+x@mail.example.co.uk."),
+            [(Kind::Email, "ana.b+x@mail.example.co.uk")]
+        );
+        assert_eq!(kinds("SSN 123-45-6789"), [(Kind::Ssn, "123-45-6789")]);
+        assert_eq!(
+            kinds("card 4111 1111 1111 1111"),
+            [(Kind::CreditCard, "4111 1111 1111 1111")]
+        );
+        assert_eq!(
+            kinds("from 192.168.10.4:8080"),
+            [(Kind::Ip, "192.168.10.4")]
+        );
+        assert_eq!(
+            kinds("at 2001:db8:85a3::8a2e:370:7334."),
+            [(Kind::Ip, "2001:db8:85a3::8a2e:370:7334")]
+        );
+        assert_eq!(
+            kinds("IBAN DE89 3704 0044 0532 0130 00 OK"),
+            [(Kind::Iban, "DE89 3704 0044 0532 0130 00")]
+        );
+    }
+
+    #[test]
+    fn leaves_look_alikes_alone() {
+        for clean in [
+            "version 1.2.3.4 and v10.0.0.1",
+            "uuid 550e8400-e29b-41d4-a716-446655440000",
+            "sha 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+            "SSN-like 000-12-3456 and 666-12-3456",
+            "epoch 1705312200000 ms",
+            "std::vector<int> and a::b and ::1",
+            "at 10:30:00 on 2024-01-15",
+            "mac 00:1A:2B:3C:4D:5E",
+            "card-like 4111 1111 1111 1112",
+        ] {
+            assert_eq!(kinds(clean), [], "{clean}");
+        }
+    }
+
+    #[test]
+    fn the_longest_most_specific_match_wins() {
+        // Sixteen digits in fours: a card, not a phone number inside it.
+        assert_eq!(
+            kinds("4111-1111-1111-1111"),
+            [(Kind::CreditCard, "4111-1111-1111-1111")]
+        );
+        // An address is not also a phone number.
+        assert_eq!(kinds("10.20.30.40"), [(Kind::Ip, "10.20.30.40")]);
+    }
+}

@@ -1,0 +1,170 @@
+//! Phone numbers: E.164 and the common national formats (spaces, dashes,
+//! dots, a parenthesised area code or trunk prefix, an extension). Digit
+//! counts and grouping rules keep dates, amounts, ISBNs, card-shaped and
+//! SSN-shaped numbers out.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::Kind;
+use crate::checks;
+use crate::detect::{Entity, bounded, digits, pattern};
+
+static PHONE: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(r"(?i-u)\+?(?:\(\d{1,5}\)|\d)[\d().\- ]*\d(?:(?: ?(?:x|ext\.?|extension|#) ?)\d{1,6})?")
+});
+
+static EXTENSION: LazyLock<Regex> =
+    LazyLock::new(|| pattern(r"(?i-u) ?(?:x|ext\.?|extension|#) ?\d{1,6}$"));
+
+pub fn find(text: &str, found: &mut Vec<Entity>) {
+    let mut push = |start: usize, end: usize| {
+        found.push(Entity {
+            kind: Kind::Phone,
+            start,
+            end,
+        })
+    };
+    for m in PHONE.find_iter(text) {
+        let start = m.start();
+        let full = m.as_str();
+        let number = &full[..EXTENSION.find(full).map_or(full.len(), |e| e.start())];
+        if valid(number) && bounded(text, start, m.end(), "-./") {
+            push(start, m.end());
+            continue;
+        }
+        // Two numbers side by side ("555-123-4567 2"): the first may be one.
+        if let Some(i) = number.rfind(' ') {
+            let head = number[..i].trim_end();
+            let end = start + head.len();
+            if digits(head).len() >= 8 && valid(head) && bounded(text, start, end, "-./") {
+                push(start, end);
+            }
+        }
+    }
+}
+
+/// The grouping rules for one candidate (extension removed).
+fn valid(number: &str) -> bool {
+    let d = digits(number);
+    let plus = number.starts_with('+');
+    if number.contains("  ") || !parens_ok(number) {
+        return false;
+    }
+    let has = |c: char| number.contains(c);
+    if has('.') && (has('-') || (has(' ') && !plus)) {
+        return false;
+    }
+    let groups: Vec<&str> = number
+        .split([' ', '-', '.', '(', ')', '+'])
+        .filter(|g| !g.is_empty())
+        .collect();
+    if plus {
+        return (8..=15).contains(&d.len());
+    }
+    let international = number.starts_with("00");
+    let range = if international { 10..=15 } else { 8..=12 };
+    if !range.contains(&d.len()) || groups.len() < 2 {
+        return false;
+    }
+    let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
+    let same_sep = {
+        let seps: Vec<char> = number.chars().filter(|c| !c.is_ascii_digit()).collect();
+        seps.iter().all(|c| *c == seps[0])
+    };
+    // 1 234 567 / 12.345.678: an amount with thousands separators.
+    if same_sep && !has('(') && lens[0] <= 2 && lens[1..].iter().all(|l| *l == 3) {
+        return false;
+    }
+    // 3.14159 and other decimals.
+    if groups.len() == 2 && has('.') {
+        return false;
+    }
+    // Card-shaped (4111 1111 1111) and SSN-shaped (123-45-6789) numbers.
+    if lens.len() >= 3 && lens.iter().all(|l| *l == 4) {
+        return false;
+    }
+    if lens == [3, 2, 4] && has('-') && !has('(') {
+        return false;
+    }
+    if date_like(&groups) {
+        return false;
+    }
+    // ISBN-13, and ISBN-10 in its usual four groups.
+    !(checks::isbn(&d) && (d.len() == 13 || groups.len() == 4))
+}
+
+fn parens_ok(number: &str) -> bool {
+    let open = number.matches('(').count();
+    let close = number.matches(')').count();
+    open == close && open <= 1 && number.find('(') <= number.find(')')
+}
+
+/// yyyy-mm-dd, dd.mm.yyyy and the like at the start of the candidate.
+fn date_like(groups: &[&str]) -> bool {
+    if groups.len() < 3 {
+        return false;
+    }
+    let n = |s: &str| s.parse::<u32>().unwrap_or(0);
+    let year = |s: &str| s.len() == 4 && (1900..=2099).contains(&n(s));
+    let month = |s: &str| s.len() <= 2 && (1..=12).contains(&n(s));
+    let day = |s: &str| s.len() <= 2 && (1..=31).contains(&n(s));
+    let (a, b, c) = (groups[0], groups[1], groups[2]);
+    (year(a) && month(b) && day(c))
+        || (day(a) && month(b) && year(c))
+        || (month(a) && day(b) && year(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Kind, detect};
+
+    fn phones(text: &str) -> Vec<&str> {
+        detect(text)
+            .into_iter()
+            .filter(|e| e.kind == Kind::Phone)
+            .map(|e| &text[e.start..e.end])
+            .collect()
+    }
+
+    #[test]
+    fn formats() {
+        for p in [
+            "+14155552671",
+            "+1-415-555-2671",
+            "(415) 555-2671",
+            "415.555.2671",
+            "415-555-2671x123",
+            "415-555-2671 ext. 45",
+            "001-415-555-2671x1234",
+            "+44 20 7946 0958",
+            "+44(0)20 7946 0958",
+            "01 23 45 67 89",
+            "090-1234-5678",
+            "+49 (0) 30 123456",
+            "(011) 1234-5678",
+            "912 345 678",
+        ] {
+            let text = format!("call {p} now");
+            assert_eq!(phones(&text), [p], "{p}");
+        }
+    }
+
+    #[test]
+    fn not_phones() {
+        for clean in [
+            "2024-01-15 10:30:00",
+            "15.01.2024",
+            "ISBN 978-3-16-148410-0",
+            "ISBN 0-306-40615-2",
+            "total 1 234 567 items",
+            "pi 3.14159265",
+            "ORD-2024-000123",
+            "epoch 1705312200",
+            "port 8080 pid 12345",
+        ] {
+            assert_eq!(phones(clean), Vec::<&str>::new(), "{clean}");
+        }
+    }
+}

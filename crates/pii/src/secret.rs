@@ -1,0 +1,158 @@
+//! Secrets: keys with well-known prefixes, JWTs, private key blocks, bearer
+//! tokens, and the values of `key=value` / `"key": "value"` pairs whose key
+//! says secret. For pairs only the value is the finding.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::Kind;
+use crate::detect::{Entity, bounded, pattern};
+
+/// Keys issued with a recognisable prefix.
+static PREFIXED: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(concat!(
+        r"(?-u)(?:",
+        r"sk-(?:proj-|ant-|live-)?[A-Za-z0-9_\-]{20,}",
+        r"|(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
+        r"|gh[pousr]_[A-Za-z0-9]{30,}",
+        r"|github_pat_[A-Za-z0-9_]{22,}",
+        r"|glpat-[A-Za-z0-9_\-]{20,}",
+        r"|xox[abposr]-[A-Za-z0-9\-]{10,}",
+        r"|(?:AKIA|ASIA)[0-9A-Z]{16}",
+        r"|AIza[0-9A-Za-z_\-]{35}",
+        r"|npm_[A-Za-z0-9]{36}",
+        r"|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
+        r")",
+    ))
+});
+
+static PRIVATE_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----")
+});
+
+static BEARER: LazyLock<Regex> =
+    LazyLock::new(|| pattern(r"(?i-u)\bbearer\s+([A-Za-z0-9\-._~+/]{16,}=*)"));
+
+/// `password=…`, `"api_key": "…"`, `CLIENT_SECRET: …`: the key names a
+/// secret; the value is what is hidden.
+static PAIR: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(concat!(
+        r#"(?i)[A-Za-z0-9_.\-]*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_\-]*"#,
+        r#"["']?[ \t]*[:=][ \t]*["']?([^\s"'`,;()\[\]{}<>]{8,})"#,
+    ))
+});
+
+pub fn find(text: &str, found: &mut Vec<Entity>) {
+    let mut push = |start: usize, end: usize| {
+        found.push(Entity {
+            kind: Kind::Secret,
+            start,
+            end,
+        })
+    };
+    for m in PREFIXED.find_iter(text) {
+        if bounded(text, m.start(), m.end(), "") {
+            push(m.start(), m.end());
+        }
+    }
+    for m in PRIVATE_KEY.find_iter(text) {
+        push(m.start(), m.end());
+    }
+    for c in BEARER.captures_iter(text) {
+        if let Some(v) = c.get(1) {
+            push(v.start(), v.end());
+        }
+    }
+    for c in PAIR.captures_iter(text) {
+        if let Some(v) = c.get(1)
+            && looks_secret(v.as_str())
+        {
+            push(v.start(), v.end());
+        }
+    }
+}
+
+/// A value that is a secret rather than code naming one: not a dotted
+/// identifier (`self.token`, `process.env.API_KEY`), not a template
+/// (`${TOKEN}`, `%s`), not a placeholder, and with some mix of characters.
+fn looks_secret(value: &str) -> bool {
+    let v = value.trim_end_matches(['.', ':']);
+    if v.len() < 8 || v.contains('$') || v.contains('%') {
+        return false;
+    }
+    let identifier = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if v.split('.').all(identifier)
+        && (v.contains('.') || v.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+    {
+        return false;
+    }
+    if v.chars()
+        .all(|c| c == '*' || c == 'x' || c == 'X' || c == '.')
+    {
+        return false; // a masked value
+    }
+    let classes = [
+        v.chars().any(|c| c.is_ascii_lowercase()),
+        v.chars().any(|c| c.is_ascii_uppercase()),
+        v.chars().any(|c| c.is_ascii_digit()),
+        v.chars().any(|c| !c.is_ascii_alphanumeric()),
+    ];
+    classes.iter().filter(|c| **c).count() >= 2
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Kind, detect};
+
+    fn secrets(text: &str) -> Vec<&str> {
+        detect(text)
+            .into_iter()
+            .filter(|e| e.kind == Kind::Secret)
+            .map(|e| &text[e.start..e.end])
+            .collect()
+    }
+
+    #[test]
+    fn prefixes_pairs_and_tokens() {
+        let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345";
+        assert_eq!(secrets(&format!("OPENAI_API_KEY={key}")), [key]);
+        assert_eq!(
+            secrets("token ghp_16C7e42F292c6912E7710c838347Ae178B4a here"),
+            ["ghp_16C7e42F292c6912E7710c838347Ae178B4a"]
+        );
+        assert_eq!(secrets("AKIAIOSFODNN7EXAMPLE"), ["AKIAIOSFODNN7EXAMPLE"]);
+        assert_eq!(
+            secrets(r#"{"password": "hunter2Hunter2"}"#),
+            ["hunter2Hunter2"]
+        );
+        assert_eq!(secrets("DB_PASSWORD: s3cr3t-Value!"), ["s3cr3t-Value!"]);
+        assert_eq!(
+            secrets("Authorization: Bearer abcDEF123456ghiJKL789"),
+            ["abcDEF123456ghiJKL789"]
+        );
+        let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
+        assert_eq!(secrets(&format!("jwt {jwt}")), [jwt]);
+    }
+
+    #[test]
+    fn code_naming_secrets_is_not_a_secret() {
+        for clean in [
+            "password = get_password()",
+            "token = self.token",
+            "api_key = os.environ['API_KEY']",
+            "const secret = process.env.CLIENT_SECRET;",
+            "password: str",
+            "token=${TOKEN}",
+            "password = ********",
+            "secret_name = database_credentials",
+        ] {
+            assert_eq!(secrets(clean), Vec::<&str>::new(), "{clean}");
+        }
+    }
+}

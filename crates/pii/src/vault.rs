@@ -1,0 +1,267 @@
+//! The vault: stable tokens for found values within one session, and their
+//! restoration. One vault never restores another's tokens: each session has
+//! its own, kept by [`Vaults`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+
+use crate::detect::pattern;
+use crate::{Kind, detect};
+
+static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(r"\[(EMAIL|PHONE|SSN|CREDIT_CARD|IP|IBAN|SECRET)_([1-9][0-9]{0,8})\]")
+});
+
+/// A text with its findings replaced by tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tokenized {
+    pub text: String,
+    /// Values replaced, by kind (every occurrence counts).
+    pub counts: BTreeMap<Kind, usize>,
+}
+
+impl Tokenized {
+    pub fn total(&self) -> usize {
+        self.counts.values().sum()
+    }
+}
+
+/// A text with the vault's tokens replaced by their values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub text: String,
+    pub restored: usize,
+    /// Token-shaped strings this vault did not make (or has forgotten):
+    /// left as they are.
+    pub unknown: Vec<String>,
+}
+
+/// Tokens for one session.
+#[derive(Debug)]
+pub struct Vault {
+    by_value: HashMap<(Kind, String), String>,
+    by_token: HashMap<String, String>,
+    /// Tokens in the order they were made, so the oldest go first when the
+    /// vault is full.
+    order: VecDeque<(Kind, String, String)>,
+    next: BTreeMap<Kind, u64>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Vault {
+    /// A vault holding at most about `max_bytes` of values; past that the
+    /// oldest tokens are forgotten (they no longer restore).
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            by_value: HashMap::new(),
+            by_token: HashMap::new(),
+            order: VecDeque::new(),
+            next: BTreeMap::new(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// The token for `value`: the same one every time within this vault.
+    pub fn token_for(&mut self, kind: Kind, value: &str) -> String {
+        if let Some(token) = self.by_value.get(&(kind, value.to_string())) {
+            return token.clone();
+        }
+        let n = self.next.entry(kind).or_insert(0);
+        *n += 1;
+        let token = format!("[{}_{}]", kind.label(), n);
+        self.bytes += 2 * (value.len() + token.len()) + 64;
+        self.by_value
+            .insert((kind, value.to_string()), token.clone());
+        self.by_token.insert(token.clone(), value.to_string());
+        self.order
+            .push_back((kind, value.to_string(), token.clone()));
+        while self.bytes > self.max_bytes && self.order.len() > 1 {
+            let Some((k, v, t)) = self.order.pop_front() else {
+                break;
+            };
+            self.by_value.remove(&(k, v.clone()));
+            self.by_token.remove(&t);
+            self.bytes = self.bytes.saturating_sub(2 * (v.len() + t.len()) + 64);
+        }
+        token
+    }
+
+    /// Replaces what the detectors find (of `kinds`) with tokens.
+    pub fn tokenize(&mut self, text: &str, kinds: &[Kind]) -> Tokenized {
+        let mut out = String::with_capacity(text.len());
+        let mut counts = BTreeMap::new();
+        let mut last = 0;
+        for e in detect(text).into_iter().filter(|e| kinds.contains(&e.kind)) {
+            out.push_str(&text[last..e.start]);
+            out.push_str(&self.token_for(e.kind, &text[e.start..e.end]));
+            *counts.entry(e.kind).or_insert(0) += 1;
+            last = e.end;
+        }
+        out.push_str(&text[last..]);
+        Tokenized { text: out, counts }
+    }
+
+    /// The value behind one of this vault's tokens.
+    pub fn value_of(&self, token: &str) -> Option<&str> {
+        self.by_token.get(token).map(String::as_str)
+    }
+
+    /// Replaces this vault's tokens in `text` with their values; other
+    /// token-shaped strings stay as they are and are listed.
+    pub fn restore(&self, text: &str) -> Restored {
+        let mut restored = 0;
+        let mut unknown = Vec::new();
+        let out = TOKEN.replace_all(text, |c: &regex::Captures| {
+            let token = &c[0];
+            match self.by_token.get(token) {
+                Some(value) => {
+                    restored += 1;
+                    value.clone()
+                }
+                None => {
+                    if !unknown.iter().any(|u| u == token) {
+                        unknown.push(token.to_string());
+                    }
+                    token.to_string()
+                }
+            }
+        });
+        Restored {
+            text: out.into_owned(),
+            restored,
+            unknown,
+        }
+    }
+
+    /// Whether `text` holds any token-shaped string (cheap pre-check).
+    pub fn has_tokens(text: &str) -> bool {
+        TOKEN.is_match(text)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_token.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_token.is_empty()
+    }
+}
+
+struct Slot {
+    vault: Arc<Mutex<Vault>>,
+    used: Instant,
+}
+
+/// One vault per session key, created on first use, dropped after `idle`
+/// without use; at most `max_sessions` (the least recently used goes).
+pub struct Vaults {
+    slots: Mutex<HashMap<String, Slot>>,
+    idle: Duration,
+    max_sessions: usize,
+    max_bytes: usize,
+}
+
+impl Vaults {
+    pub fn new(idle: Duration, max_sessions: usize, max_bytes: usize) -> Self {
+        Self {
+            slots: Mutex::new(HashMap::new()),
+            idle,
+            max_sessions: max_sessions.max(1),
+            max_bytes,
+        }
+    }
+
+    /// The vault of `session`.
+    pub fn get(&self, session: &str) -> Arc<Mutex<Vault>> {
+        let mut slots = lock(&self.slots);
+        let now = Instant::now();
+        slots.retain(|_, s| now.duration_since(s.used) < self.idle);
+        if let Some(slot) = slots.get_mut(session) {
+            slot.used = now;
+            return slot.vault.clone();
+        }
+        if slots.len() >= self.max_sessions
+            && let Some(oldest) = slots
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())
+        {
+            slots.remove(&oldest);
+        }
+        let vault = Arc::new(Mutex::new(Vault::new(self.max_bytes)));
+        slots.insert(
+            session.to_string(),
+            Slot {
+                vault: vault.clone(),
+                used: now,
+            },
+        );
+        vault
+    }
+
+    pub fn sessions(&self) -> usize {
+        lock(&self.slots).len()
+    }
+}
+
+/// Locks a mutex; a panic elsewhere while holding it leaves data that is
+/// still consistent here (every update is a single insert or remove).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_stable_and_restore() {
+        let mut v = Vault::new(1 << 20);
+        let a = v.tokenize("mail ana@example.com and ana@example.com", &Kind::ALL);
+        assert_eq!(a.text, "mail [EMAIL_1] and [EMAIL_1]");
+        assert_eq!(a.counts[&Kind::Email], 2);
+        let b = v.tokenize("bob@example.org, ana@example.com", &Kind::ALL);
+        assert_eq!(b.text, "[EMAIL_2], [EMAIL_1]");
+        let r = v.restore("to [EMAIL_2] cc [EMAIL_9]");
+        assert_eq!(r.text, "to bob@example.org cc [EMAIL_9]");
+        assert_eq!((r.restored, r.unknown), (1, vec!["[EMAIL_9]".to_string()]));
+    }
+
+    #[test]
+    fn a_session_cannot_restore_another_sessions_tokens() {
+        let vaults = Vaults::new(Duration::from_secs(60), 8, 1 << 20);
+        let t = lock(&vaults.get("a"))
+            .tokenize("ana@example.com", &Kind::ALL)
+            .text;
+        assert_eq!(lock(&vaults.get("b")).restore(&t).text, t);
+        assert_eq!(lock(&vaults.get("a")).restore(&t).text, "ana@example.com");
+    }
+
+    #[test]
+    fn full_vaults_forget_the_oldest_and_sessions_are_capped() {
+        let mut v = Vault::new(400);
+        for i in 0..20 {
+            v.token_for(Kind::Email, &format!("user{i}@example.com"));
+        }
+        assert!(
+            v.len() < 20 && v.value_of("[EMAIL_20]").is_some() && v.value_of("[EMAIL_1]").is_none()
+        );
+        let vaults = Vaults::new(Duration::from_secs(60), 2, 1 << 20);
+        for s in ["a", "b", "c"] {
+            vaults.get(s);
+        }
+        assert_eq!(vaults.sessions(), 2);
+    }
+
+    #[test]
+    fn only_the_asked_kinds_are_tokenized() {
+        let mut v = Vault::new(1 << 20);
+        let t = v.tokenize("ana@example.com from 10.1.2.3", &[Kind::Email]);
+        assert_eq!(t.text, "[EMAIL_1] from 10.1.2.3");
+    }
+}
