@@ -11,7 +11,7 @@ import pytest
 
 from conftest import BIN, CLIENTS, JS, SDK1_PYTHON, HttpServer
 
-EXPECTED_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats"]
+EXPECTED_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats", "sanitize_pii", "restore_pii"]
 NODE_ENV = {**os.environ, "NO_COLOR": "1"}
 
 

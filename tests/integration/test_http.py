@@ -116,7 +116,7 @@ async def test_token_accepted(authed_server: HttpServer):
         from mcp.client.streamable_http import streamable_http_client
         async with Client(streamable_http_client(authed_server.url, http_client=http)) as client:
             tools = await client.list_tools()
-            assert len(tools.tools) == 8
+            assert len(tools.tools) == 10
 
 
 def test_token_from_environment(data_dir: Path):
@@ -149,7 +149,7 @@ def test_sessions_are_separate(http_server: HttpServer):
     assert d.status_code < 300
     assert list_tools(a).status_code == 404
     r = list_tools(b)
-    assert r.status_code == 200 and len(sse_json(r.text)[0]["result"]["tools"]) == 8
+    assert r.status_code == 200 and len(sse_json(r.text)[0]["result"]["tools"]) == 10
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

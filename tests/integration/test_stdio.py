@@ -16,7 +16,7 @@ from conftest import BIN, stdio_params
 
 pytestmark = pytest.mark.anyio
 
-WORKSPACE_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats"]
+WORKSPACE_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats", "sanitize_pii", "restore_pii"]
 
 
 @pytest.fixture

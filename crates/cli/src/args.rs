@@ -60,6 +60,26 @@ pub enum Command {
     /// The tool catalog from the shell.
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Personal data detection from the shell (what execute_code's answers get).
+    #[command(subcommand)]
+    Pii(PiiCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PiiCommand {
+    /// Read JSON lines (each a JSON string) on stdin; print, per line, a JSON
+    /// list of findings: type, start and end (character offsets), text.
+    Detect {
+        /// Only these kinds (comma-separated): email, phone, ssn, credit_card, ip, iban, secret.
+        #[arg(long, value_delimiter = ',')]
+        types: Vec<String>,
+    },
+    /// Read text on stdin and print it tokenized, as the model would see it.
+    Sanitize {
+        /// Only these kinds (default: all).
+        #[arg(long, value_delimiter = ',')]
+        types: Vec<String>,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use cem_engine::ExecRequest;
+use cem_server::tools::Answer;
 use cem_server::{AppState, ToolSet};
 
 use crate::args::{Cli, ExecArgs};
@@ -41,39 +41,44 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
         exe,
     )?);
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("code".into(), code.into());
+    if let Some(t) = args.timeout {
+        arguments.insert("timeout_seconds".into(), t.into());
+    }
+    if let Some(m) = args.memory {
+        arguments.insert("memory_mb".into(), m.into());
+    }
     let answer = runtime.block_on(async {
-        let bridge = cem_server::bridge::ToolBridge::shared(state.clone());
-        let request = ExecRequest {
-            code,
-            timeout_seconds: args.timeout,
-            memory_mb: args.memory,
-            ..Default::default()
-        };
-        // On a runtime worker, as the server's handlers run: answers from
-        // the sandbox and the upstreams wake it without a thread handoff.
-        let engine_state = state.clone();
-        let answer =
-            tokio::spawn(async move { engine_state.engine.execute(request, Some(bridge)).await })
-                .await;
+        // Through the execute_code tool itself (the same answer, the same
+        // PII handling), on a runtime worker as the server's handlers run.
+        let worker_state = state.clone();
+        let answer = tokio::spawn(async move {
+            let session = worker_state.session("cli");
+            let args = cem_server::tools::Args::new(Some(arguments));
+            cem_server::tools::call(&worker_state, "execute_code", args, &session).await
+        })
+        .await;
         state.catalog.manager().shutdown().await;
         answer
     });
-    let answer = match answer {
-        Ok(answer) => answer,
-        Err(e) => anyhow::bail!("the execution task failed: {e}"),
-    };
-    match answer {
-        Ok(answer) => {
-            println!("{}", serde_json::to_string_pretty(&answer)?);
-            Ok(if answer.success {
-                ExitCode::SUCCESS
-            } else {
+    match answer.context("the execution task failed")? {
+        Some(Answer::Flagged { body, is_error }) => {
+            println!("{}", serde_json::to_string_pretty(&body)?);
+            Ok(if is_error {
                 ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
             })
         }
-        Err(e) => {
-            eprintln!("error: {e}");
+        Some(Answer::Plain(Err(e))) => {
+            eprintln!("error: {}", e.0);
             Ok(ExitCode::from(2))
         }
+        Some(Answer::Plain(Ok(body))) => {
+            println!("{}", serde_json::to_string_pretty(&body)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        None => anyhow::bail!("execute_code is not available"),
     }
 }

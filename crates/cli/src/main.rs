@@ -5,6 +5,7 @@ mod args;
 mod doctor;
 mod exec;
 mod logging;
+mod pii;
 mod run;
 mod serve;
 mod setup;
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => tools::generate(&cli, args),
         Command::Run(args) => run::run(&cli, args),
         Command::Tools(cmd) => tools::run(&cli, cmd),
+        Command::Pii(cmd) => pii::run(cmd),
     };
     match outcome {
         Ok(code) => code,

@@ -54,7 +54,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "script.py".into());
     let answer = runtime.block_on(async {
-        let bridge = cem_server::bridge::ToolBridge::shared(state.clone());
+        let bridge = cem_server::bridge::ToolBridge::shared(state.clone(), state.session("cli"));
         let request = ExecRequest {
             code,
             timeout_seconds: Some(timeout),

@@ -34,7 +34,8 @@ fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, ExitCode>> {
 /// Calls one of our MCP tools and returns its JSON (or its error text).
 async fn call_tool(state: &Arc<AppState>, name: &str, args: Value) -> Result<Value, String> {
     let args = cem_server::tools::Args::new(args.as_object().cloned().or_else(|| Some(Map::new())));
-    match cem_server::tools::call(state, name, args).await {
+    let session = state.session("cli");
+    match cem_server::tools::call(state, name, args, &session).await {
         Some(cem_server::tools::Answer::Plain(Ok(v))) => Ok(v),
         Some(cem_server::tools::Answer::Plain(Err(e))) => Err(e.0),
         Some(cem_server::tools::Answer::Flagged { body, .. }) => Ok(body),

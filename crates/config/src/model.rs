@@ -145,46 +145,9 @@ pub enum PiiMode {
     Off,
 }
 
-/// Kinds of personal data the detector knows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PiiType {
-    Email,
-    Phone,
-    Ssn,
-    CreditCard,
-    Ip,
-    Iban,
-    Secret,
-}
-
-impl PiiType {
-    pub const ALL: [PiiType; 7] = [
-        PiiType::Email,
-        PiiType::Phone,
-        PiiType::Ssn,
-        PiiType::CreditCard,
-        PiiType::Ip,
-        PiiType::Iban,
-        PiiType::Secret,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PiiType::Email => "email",
-            PiiType::Phone => "phone",
-            PiiType::Ssn => "ssn",
-            PiiType::CreditCard => "credit_card",
-            PiiType::Ip => "ip",
-            PiiType::Iban => "iban",
-            PiiType::Secret => "secret",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
-    }
-}
+/// Kinds of personal data the detector knows (the detector crate's own
+/// type, so config and detection cannot drift apart).
+pub use cem_pii::Kind as PiiType;
 
 /// The `pii` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]

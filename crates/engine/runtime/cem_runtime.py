@@ -250,17 +250,40 @@ async def call_tool_async(tool, arguments=None):
     return _outcome(await future, tool)
 
 
+def _host(kind, arguments, name):
+    # A request the host answers itself (search, the PII vault).
+    message = _answer(_ask(kind, {"arguments": arguments}))
+    if message is None:
+        raise ToolError("", name, "the host closed the bridge")
+    if not message.get("ok"):
+        raise ToolError("", name, (message.get("error") or {}).get("message", "failed"))
+    return message.get("value")
+
+
 def search_tools(query, category=None, detail_level="summary", limit=10):
     """Searches the tool catalog: the same answer as the search_tools MCP tool."""
     args = {"query": query, "detail_level": detail_level, "limit": limit}
     if category:
         args["category"] = category
-    message = _answer(_ask("search", {"arguments": args}))
-    if message is None:
-        raise ToolError("", "search_tools", "the host closed the bridge")
-    if not message.get("ok"):
-        raise ToolError("", "search_tools", (message.get("error") or {}).get("message", "failed"))
-    return message.get("value")
+    return _host("search", args, "search_tools")
+
+
+_TOKEN = re.compile(r"\[(?:EMAIL|PHONE|SSN|CREDIT_CARD|IP|IBAN|SECRET)_[1-9][0-9]*\]")
+
+
+def tokenize_pii(text):
+    """Replaces personal data in `text` with this session's tokens ([EMAIL_1], [PHONE_2], ...).
+    Returns (sanitized_text, {token: original_value})."""
+    value = _host("pii", {"op": "tokenize", "text": str(text)}, "tokenize_pii")
+    return value["text"], value["tokens"]
+
+
+def detokenize_pii(text, tokens=None):
+    """Puts the original values back: from `tokens` (as tokenize_pii returned them) or,
+    without it, from this session's vault. Unknown tokens stay as they are."""
+    if tokens is not None:
+        return _TOKEN.sub(lambda m: str(tokens.get(m.group(0), m.group(0))), str(text))
+    return _host("pii", {"op": "detokenize", "text": str(text)}, "detokenize_pii")["text"]
 
 
 class _Server:
@@ -294,6 +317,8 @@ _cem_tools = type(sys)("cem_tools")
 _cem_tools.call_tool = call_tool
 _cem_tools.call_tool_async = call_tool_async
 _cem_tools.search_tools = search_tools
+_cem_tools.tokenize_pii = tokenize_pii
+_cem_tools.detokenize_pii = detokenize_pii
 _cem_tools.ToolError = ToolError
 sys.modules["cem_tools"] = _cem_tools
 # /servers (the generated wrappers) is importable as the package `servers`.
@@ -464,6 +489,8 @@ def _namespace():
         "call_tool": call_tool,
         "call_tool_async": call_tool_async,
         "search_tools": search_tools,
+        "tokenize_pii": tokenize_pii,
+        "detokenize_pii": detokenize_pii,
         "tools": tools,
         "ToolError": ToolError,
     }

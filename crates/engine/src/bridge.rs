@@ -1,5 +1,5 @@
 //! What sandboxed code may ask of the host during an execution: calling
-//! upstream tools and searching the catalog. The engine only relays; the
+//! upstream tools, searching the catalog, and the session's PII vault. The engine only relays; the
 //! server implements [`Bridge`] with the upstream manager and the catalog.
 
 use std::future::Future;
@@ -22,4 +22,7 @@ pub trait Bridge: Send + Sync {
     fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>>;
     /// search_tools from code: the same answer as the MCP tool.
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+    /// tokenize_pii / detokenize_pii from code (`{"op", "text"}`), with the
+    /// vault of the session the execution belongs to.
+    fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
 }

@@ -341,8 +341,9 @@ impl Interp {
                 }
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
-                    Some(kind @ ("call" | "search")) => {
-                        calls.push(relay(kind == "call", msg, bridge, stats));
+                    Some(kind @ ("call" | "search" | "pii")) => {
+                        let kind = kind.to_string();
+                        calls.push(relay(&kind, msg, bridge, stats));
                     }
                     _ => {
                         self.kill().await;
@@ -477,15 +478,16 @@ fn next_id() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The answer line to one "call" or "search" message from the runtime, as
+/// The answer line to one "call", "search" or "pii" message from the runtime, as
 /// a future the exchange polls.
 fn relay(
-    is_call: bool,
+    kind: &str,
     msg: Value,
     bridge: Option<&Arc<dyn Bridge>>,
     stats: &mut CallStats,
 ) -> BoxFuture<Vec<u8>> {
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let is_call = kind == "call";
     let over_limit = is_call && stats.calls >= stats.max_calls;
     if is_call {
         stats.calls += 1;
@@ -509,8 +511,13 @@ fn relay(
     };
     let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
     if !is_call {
+        let asked = if kind == "search" {
+            bridge.search(arguments)
+        } else {
+            bridge.pii(arguments)
+        };
         return Box::pin(async move {
-            match bridge.search(arguments).await {
+            match asked.await {
                 Ok(value) => answered(&id, &value.to_string()),
                 Err(e) => failed(&id, "", "", e),
             }

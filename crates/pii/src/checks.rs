@@ -28,16 +28,26 @@ pub fn card_issuer(digits: &[u8]) -> bool {
     };
     let (p1, p2, p3, p4, p6) = (prefix(1), prefix(2), prefix(3), prefix(4), prefix(6));
     match p1 {
-        4 => matches!(n, 13 | 16 | 19),       // Visa
-        3 if p2 == 34 || p2 == 37 => n == 15, // Amex
+        // Visa
+        4 => matches!(n, 13 | 16 | 19),
+        // Amex
+        3 if p2 == 34 || p2 == 37 => n == 15,
+        // Diners
         3 if (300..=305).contains(&p3) || p2 == 36 || p2 == 38 || p2 == 39 => {
             (14..=19).contains(&n)
-        } // Diners
-        3 if (3528..=3589).contains(&p4) => (16..=19).contains(&n), // JCB
-        5 if (51..=55).contains(&p2) => n == 16, // Mastercard
-        5 => (12..=19).contains(&n),          // Maestro
-        2 if (222_100..=272_099).contains(&p6) => n == 16, // Mastercard 2-series
-        6 => (12..=19).contains(&n),          // Discover, UnionPay, Maestro, RuPay
+        }
+        // JCB
+        3 if p2 == 35 => (16..=19).contains(&n),
+        1 | 2 if p4 == 1800 || p4 == 2131 => n == 15,
+        // Mastercard, then Maestro
+        5 if (51..=55).contains(&p2) => n == 16,
+        5 => (12..=19).contains(&n),
+        // Mastercard 2-series
+        2 if (222_100..=272_099).contains(&p6) => n == 16,
+        // Discover, UnionPay, Maestro, RuPay
+        6 => (12..=19).contains(&n),
+        // Maestro (UK)
+        0 if p4 == 604 => (12..=19).contains(&n),
         _ => false,
     }
 }
@@ -201,6 +211,7 @@ mod tests {
     fn luhn_and_issuers() {
         assert!(luhn(b"4111111111111111") && card_issuer(b"4111111111111111"));
         assert!(!luhn(b"4111111111111112"));
+        assert!(card_issuer(b"180000000000000") && card_issuer(b"060400000000"));
         assert!(luhn(b"378282246310005") && card_issuer(b"378282246310005"));
         // An epoch in milliseconds can pass Luhn but no network issues it.
         assert!(!card_issuer(b"1705312200000"));

@@ -56,7 +56,8 @@ fn resolve(mut found: Vec<Entity>) -> Vec<Entity> {
 /// digits, nor to them through one of `joiners` (so `ORD-2024-000123` is
 /// not a phone number and `v1.2.3.4` not an address).
 pub(crate) fn bounded(text: &str, start: usize, end: usize, joiners: &str) -> bool {
-    let word = |c: char| c.is_alphanumeric() || c == '_';
+    // ASCII only: CJK text runs into values without spaces ("至x@y.com。").
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let mut back = text[..start].chars().rev();
     match back.next() {
         Some(c) if word(c) => return false,
@@ -156,10 +157,10 @@ fn ipv4s(text: &str, found: &mut Vec<Entity>) {
         let octets_ok = m.as_str().split('.').all(|o| {
             o.parse::<u16>().is_ok_and(|v| v <= 255) && (o.len() == 1 || !o.starts_with('0'))
         });
-        let version = text[..m.start()]
-            .trim_end()
-            .to_ascii_lowercase()
-            .ends_with("version");
+        let before = text[..m.start()].trim_end();
+        let version = before
+            .get(before.len().saturating_sub(7)..)
+            .is_some_and(|w| w.eq_ignore_ascii_case("version"));
         if octets_ok && !version && bounded(text, m.start(), m.end(), ".-") {
             found.push(Entity {
                 kind: Kind::Ip,

@@ -22,4 +22,4 @@ mod vault;
 
 pub use detect::{Entity, detect};
 pub use kind::Kind;
-pub use vault::{Restored, Tokenized, Vault, Vaults};
+pub use vault::{Restored, Tokenized, Vault, Vaults, lock};

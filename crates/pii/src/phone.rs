@@ -18,7 +18,42 @@ static PHONE: LazyLock<Regex> = LazyLock::new(|| {
 static EXTENSION: LazyLock<Regex> =
     LazyLock::new(|| pattern(r"(?i-u) ?(?:x|ext\.?|extension|#) ?\d{1,6}$"));
 
+/// A bare run of digits ("18857765678") is a phone number only when a
+/// word just before it says so.
+static BARE: LazyLock<Regex> = LazyLock::new(|| pattern(r"\+?\d{9,13}"));
+
+static PHONE_WORD: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(
+        r"(?i)(?:phone|mobile|hotline|whatsapp|telefon|teléfono|téléphone|celular|callback|móvil|portable|contact number|(?:\b|_)(?:tel|tél|cell|call|fax|handy|numéro|numero)(?:\b|_)|\bsms\b|☎|📞|电话|手机|热线|電話|携帯)",
+    )
+});
+
+/// How far before a bare number its keyword may be (bytes, same line).
+const KEYWORD_REACH: usize = 40;
+
+fn bare(text: &str, found: &mut Vec<Entity>) {
+    for m in BARE.find_iter(text) {
+        if !bounded(text, m.start(), m.end(), "-./") {
+            continue;
+        }
+        let mut from = m.start().saturating_sub(KEYWORD_REACH);
+        while !text.is_char_boundary(from) {
+            from += 1;
+        }
+        let before = &text[from..m.start()];
+        let line = before.rsplit('\n').next().unwrap_or(before);
+        if PHONE_WORD.is_match(line) {
+            found.push(Entity {
+                kind: Kind::Phone,
+                start: m.start(),
+                end: m.end(),
+            });
+        }
+    }
+}
+
 pub fn find(text: &str, found: &mut Vec<Entity>) {
+    bare(text, found);
     let mut push = |start: usize, end: usize| {
         found.push(Entity {
             kind: Kind::Phone,
@@ -77,8 +112,13 @@ fn valid(number: &str) -> bool {
     if same_sep && !has('(') && lens[0] <= 2 && lens[1..].iter().all(|l| *l == 3) {
         return false;
     }
-    // 3.14159 and other decimals.
-    if groups.len() == 2 && has('.') {
+    // 3.14159 and other decimals; 10.0.20994.3248 and other build numbers.
+    if has('.') && (groups.len() == 2 || lens.iter().any(|l| *l < 2)) {
+        return false;
+    }
+    // "200 68390": two numbers side by side. National numbers in two groups
+    // start with a trunk 0 or an area code in parentheses.
+    if groups.len() == 2 && !has('(') && !number.starts_with('0') {
         return false;
     }
     // Card-shaped (4111 1111 1111) and SSN-shaped (123-45-6789) numbers.
@@ -145,10 +185,23 @@ mod tests {
             "+49 (0) 30 123456",
             "(011) 1234-5678",
             "912 345 678",
+            "0113 4960000",
         ] {
             let text = format!("call {p} now");
             assert_eq!(phones(&text), [p], "{p}");
         }
+    }
+
+    #[test]
+    fn bare_numbers_need_a_word_that_says_phone() {
+        assert_eq!(phones("联系电话：18857765678，客服热线"), ["18857765678"]);
+        assert_eq!(phones("ONCALL_PHONE=3710709488"), ["3710709488"]);
+        assert_eq!(phones("Tél. : 0245532823; adr"), ["0245532823"]);
+        assert_eq!(
+            phones("id 18857765678 and epoch 1705312200"),
+            Vec::<&str>::new()
+        );
+        assert_eq!(phones("phone list\nepoch 1705312200"), Vec::<&str>::new());
     }
 
     #[test]
@@ -163,6 +216,8 @@ mod tests {
             "ORD-2024-000123",
             "epoch 1705312200",
             "port 8080 pid 12345",
+            "\"GET / HTTP/1.1\" 200 68390",
+            "build 10.0.20994.3248",
         ] {
             assert_eq!(phones(clean), Vec::<&str>::new(), "{clean}");
         }

@@ -39,7 +39,7 @@ static BEARER: LazyLock<Regex> =
 static PAIR: LazyLock<Regex> = LazyLock::new(|| {
     pattern(concat!(
         r#"(?i)[A-Za-z0-9_.\-]*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_\-]*"#,
-        r#"["']?[ \t]*[:=][ \t]*["']?([^\s"'`,;()\[\]{}<>]{8,})"#,
+        r#"["']?[ \t]*[:=][ \t]*["']?([!#$%&*+\-./0-9:=?@A-Z\\^_a-z|~]{8,})"#,
     ))
 });
 
@@ -61,14 +61,17 @@ pub fn find(text: &str, found: &mut Vec<Entity>) {
     }
     for c in BEARER.captures_iter(text) {
         if let Some(v) = c.get(1) {
-            push(v.start(), v.end());
+            let value = v.as_str().trim_end_matches('.');
+            push(v.start(), v.start() + value.len());
         }
     }
     for c in PAIR.captures_iter(text) {
-        if let Some(v) = c.get(1)
-            && looks_secret(v.as_str())
-        {
-            push(v.start(), v.end());
+        if let Some(v) = c.get(1) {
+            // A sentence's full stop is not part of the value.
+            let value = v.as_str().trim_end_matches(['.', ':']);
+            if looks_secret(value) {
+                push(v.start(), v.start() + value.len());
+            }
         }
     }
 }
@@ -76,9 +79,8 @@ pub fn find(text: &str, found: &mut Vec<Entity>) {
 /// A value that is a secret rather than code naming one: not a dotted
 /// identifier (`self.token`, `process.env.API_KEY`), not a template
 /// (`${TOKEN}`, `%s`), not a placeholder, and with some mix of characters.
-fn looks_secret(value: &str) -> bool {
-    let v = value.trim_end_matches(['.', ':']);
-    if v.len() < 8 || v.contains('$') || v.contains('%') {
+fn looks_secret(v: &str) -> bool {
+    if v.len() < 8 || v.contains('$') || format_spec(v) {
         return false;
     }
     let identifier = |s: &str| {
@@ -87,9 +89,16 @@ fn looks_secret(value: &str) -> bool {
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
-    if v.split('.').all(identifier)
-        && (v.contains('.') || v.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
-    {
+    // Code names a secret through a path that starts with a lower-case
+    // object or module: self.token, os.environ, std::env::var.
+    let path = v.replace("::", ".");
+    let code_path = path.contains('.')
+        && path.split('.').all(identifier)
+        && path
+            .split('.')
+            .next()
+            .is_some_and(|first| first.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+    if code_path || v.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
         return false;
     }
     if v.chars()
@@ -104,6 +113,22 @@ fn looks_secret(value: &str) -> bool {
         v.chars().any(|c| !c.is_ascii_alphanumeric()),
     ];
     classes.iter().filter(|c| **c).count() >= 2
+}
+
+/// A printf-style placeholder (`%s`, `%d`, `%(name)s`, `%%`) standing on
+/// its own, as in a format string; `%dD7` inside a random value is not one.
+fn format_spec(v: &str) -> bool {
+    let b = v.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c == b'%'
+            && match b.get(i + 1) {
+                Some(b'(' | b'%') => true,
+                Some(b's' | b'd' | b'i' | b'f' | b'r') => {
+                    b.get(i + 2).is_none_or(|n| !n.is_ascii_alphanumeric())
+                }
+                _ => false,
+            }
+    })
 }
 
 #[cfg(test)]
@@ -133,6 +158,19 @@ mod tests {
         );
         assert_eq!(secrets("DB_PASSWORD: s3cr3t-Value!"), ["s3cr3t-Value!"]);
         assert_eq!(
+            secrets("SMTP_PASSWD: W#*GNT1oWFr!%6ZCA9."),
+            ["W#*GNT1oWFr!%6ZCA9"]
+        );
+        assert_eq!(secrets("api_key=Ab3dEf6hIj9k，客服热线"), ["Ab3dEf6hIj9k"]);
+        assert_eq!(
+            secrets(r#""passwd": "bo1ONakqR%dD7gvfham1R4cy^GyE""#),
+            ["bo1ONakqR%dD7gvfham1R4cy^GyE"]
+        );
+        assert_eq!(
+            secrets(r#""admin_passwd": "K14F.sgna_ABgorF""#),
+            ["K14F.sgna_ABgorF"]
+        );
+        assert_eq!(
             secrets("Authorization: Bearer abcDEF123456ghiJKL789"),
             ["abcDEF123456ghiJKL789"]
         );
@@ -151,6 +189,8 @@ mod tests {
             "token=${TOKEN}",
             "password = ********",
             "secret_name = database_credentials",
+            r#"let token = std::env::var("GITHUB_TOKEN");"#,
+            "password = '%s:%d' % (user, port)",
         ] {
             assert_eq!(secrets(clean), Vec::<&str>::new(), "{clean}");
         }

@@ -166,6 +166,15 @@ pub struct Vaults {
     max_bytes: usize,
 }
 
+impl std::fmt::Debug for Vaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values: only how many sessions hold a vault.
+        f.debug_struct("Vaults")
+            .field("sessions", &self.sessions())
+            .finish()
+    }
+}
+
 impl Vaults {
     pub fn new(idle: Duration, max_sessions: usize, max_bytes: usize) -> Self {
         Self {

@@ -11,40 +11,76 @@ use cem_engine::{BoxFuture, Bridge, CallError};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::privacy::{self, Session};
+use cem_pii::Kind;
 
 /// Binary content above this many bytes is written to the workspace.
 const INLINE_BINARY: usize = 64 << 10;
 
 pub struct ToolBridge {
     state: Arc<AppState>,
+    /// The session the execution belongs to: its vault restores tokens in
+    /// tool arguments and serves tokenize_pii / detokenize_pii.
+    session: Session,
 }
 
 impl ToolBridge {
-    pub fn shared(state: Arc<AppState>) -> Arc<dyn Bridge> {
-        Arc::new(ToolBridge { state })
+    pub fn shared(state: Arc<AppState>, session: Session) -> Arc<dyn Bridge> {
+        Arc::new(ToolBridge { state, session })
     }
 }
 
 impl Bridge for ToolBridge {
     fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>> {
         let state = self.state.clone();
-        Box::pin(async move { call(&state, &tool, arguments).await })
+        let session = self.session.clone();
+        Box::pin(async move { call(&state, &session, &tool, arguments).await })
     }
 
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
+        let session = self.session.clone();
         Box::pin(async move {
             let args = crate::tools::Args::new(arguments.as_object().cloned());
-            match crate::tools::call(&state, "search_tools", args).await {
+            match crate::tools::call(&state, "search_tools", args, &session).await {
                 Some(crate::tools::Answer::Plain(Ok(v))) => Ok(v),
                 Some(crate::tools::Answer::Plain(Err(e))) => Err(e.0),
                 _ => Err("search is unavailable".into()),
             }
         })
     }
+
+    fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
+        let answer = pii(&self.session, &arguments);
+        Box::pin(async move { answer })
+    }
 }
 
-async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Value, CallError> {
+/// tokenize_pii / detokenize_pii from code, with the session's vault.
+fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
+    let text = arguments["text"].as_str().ok_or("text must be a string")?;
+    let mut vault = session.vault();
+    match arguments["op"].as_str() {
+        Some("tokenize") => {
+            let out = vault.tokenize(text, &Kind::ALL);
+            let mut tokens = serde_json::Map::new();
+            for e in cem_pii::detect(text) {
+                let value = &text[e.start..e.end];
+                tokens.insert(vault.token_for(e.kind, value), json!(value));
+            }
+            Ok(json!({"text": out.text, "tokens": tokens}))
+        }
+        Some("detokenize") => Ok(json!({"text": vault.restore(text).text})),
+        _ => Err("op must be tokenize or detokenize".into()),
+    }
+}
+
+async fn call(
+    state: &Arc<AppState>,
+    session: &Session,
+    tool: &str,
+    mut arguments: Value,
+) -> Result<Value, CallError> {
     let fail = |server: &str, name: &str, message: String| CallError {
         server: server.into(),
         tool: name.into(),
@@ -85,6 +121,12 @@ async fn call(state: &Arc<AppState>, tool: &str, arguments: Value) -> Result<Val
                 .unwrap_or_else(|| name.to_string()),
         },
     };
+    // Tokens the model passed into the code become real values again, for
+    // the upstreams allowed to receive them; others get the tokens.
+    let pii = &state.config.pii;
+    if privacy::automatic(pii) && privacy::may_restore(&pii.restore_to, &server, &name) {
+        privacy::restore_value(&session.vault(), &mut arguments);
+    }
     let arguments = match arguments {
         Value::Null => None,
         Value::Object(map) => Some(map),

@@ -64,12 +64,18 @@ impl ServerHandler for McpHandler {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let args = Args::new(request.arguments);
         let started = std::time::Instant::now();
-        let Some(outcome) = tools::call(&self.state, &name, args).await else {
+        let key = crate::privacy::session_key(
+            context.extensions.get::<axum::http::request::Parts>(),
+            self.session,
+            &self.state.key_hasher,
+        );
+        let session = self.state.session(&key);
+        let Some(outcome) = tools::call(&self.state, &name, args, &session).await else {
             let known: Vec<_> = tools::listed(self.state.tool_set).map(|t| t.name).collect();
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{name}'; available: {}", known.join(", ")),

@@ -12,6 +12,7 @@ pub mod bridge;
 pub mod discovery;
 mod handler;
 mod http;
+pub mod privacy;
 mod state;
 mod stdio;
 pub mod tools;

@@ -13,6 +13,8 @@ use crate::discovery::CatalogService;
 use cem_store::{Workspace, WorkspaceError};
 
 use crate::ToolSet;
+use crate::privacy::{MAX_VAULTS, Session, VAULT_BYTES, VAULT_IDLE};
+use cem_pii::Vaults;
 
 /// Everything the tools need that outlives one session.
 #[derive(Debug)]
@@ -26,6 +28,10 @@ pub struct AppState {
     pub started: Instant,
     pub engine: Arc<Engine>,
     pub catalog: Arc<CatalogService>,
+    /// One PII vault per MCP session.
+    pub vaults: Vaults,
+    /// Hashes credentials into session keys (random per process).
+    pub key_hasher: std::hash::RandomState,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -47,6 +53,13 @@ pub enum StateError {
 }
 
 impl AppState {
+    /// The session (its PII vault) under `key`; see [`crate::privacy::session_key`].
+    pub fn session(&self, key: &str) -> Session {
+        Session {
+            vault: self.vaults.get(key),
+        }
+    }
+
     /// Opens the data directory (creating it) and the workspace inside it.
     /// `exe` is our own binary, re-executed as the sandbox launcher.
     pub fn open(
@@ -126,6 +139,8 @@ impl AppState {
             workspace,
             tool_set,
             started: Instant::now(),
+            vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),
+            key_hasher: std::hash::RandomState::new(),
         })
     }
 }

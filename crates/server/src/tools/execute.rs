@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{Answer, Args, ToolDef, ToolFailure};
 use crate::AppState;
+use crate::privacy::{self, Session};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
@@ -37,26 +38,50 @@ const ARGS: &[&str] = &[
     "reset_session",
 ];
 
-pub async fn execute(state: &Arc<AppState>, args: Args) -> Answer {
+pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> Answer {
     match request(&args) {
         Err(failure) => Answer::Plain(Err(failure)),
         Ok(request) => match state
             .engine
             .execute(
                 request,
-                Some(crate::bridge::ToolBridge::shared(state.clone())),
+                Some(crate::bridge::ToolBridge::shared(
+                    state.clone(),
+                    session.clone(),
+                )),
             )
             .await
         {
             Ok(answer) => {
                 let is_error = !answer.success;
-                let body = serde_json::to_value(&answer)
+                let mut body = serde_json::to_value(&answer)
                     .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
+                if privacy::automatic(&state.config.pii) {
+                    tokenize_answer(state, session, &mut body);
+                }
                 Answer::Flagged { body, is_error }
             }
             Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
             Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
         },
+    }
+}
+
+/// Everything the model reads in the answer goes through the session's
+/// vault: result, output, stderr, the error and its traceback.
+fn tokenize_answer(state: &AppState, session: &Session, body: &mut serde_json::Value) {
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    let mut counts = std::collections::BTreeMap::new();
+    let mut vault = session.vault();
+    for field in ["result", "output", "stderr", "error", "traceback", "note"] {
+        if let Some(value) = obj.get_mut(field) {
+            privacy::tokenize_value(&mut vault, value, &state.config.pii.types, &mut counts);
+        }
+    }
+    if !counts.is_empty() {
+        obj.insert("pii".into(), privacy::summary(&counts));
     }
 }
 

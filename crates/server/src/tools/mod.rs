@@ -7,6 +7,7 @@
 mod args;
 mod discovery;
 mod execute;
+mod pii;
 mod stats;
 mod workspace;
 
@@ -18,6 +19,7 @@ pub use args::Args;
 pub use discovery::{CATEGORIES, DEFINITION, SEARCH};
 
 use crate::AppState;
+use crate::privacy::Session;
 
 /// Which tools `tools/list` shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,6 +51,8 @@ pub const TOOLS: &[ToolDef] = &[
     workspace::READ,
     workspace::LIST,
     stats::STATS,
+    pii::SANITIZE,
+    pii::RESTORE,
 ];
 
 /// The tools listed for `set`.
@@ -80,20 +84,28 @@ pub enum Answer {
 }
 
 /// Runs `name` with `args`. `None` means there is no such tool.
-pub async fn call(state: &Arc<AppState>, name: &str, args: Args) -> Option<Answer> {
+/// `session` is the caller's (its PII vault).
+pub async fn call(
+    state: &Arc<AppState>,
+    name: &str,
+    args: Args,
+    session: &Session,
+) -> Option<Answer> {
     let listed = listed(state.tool_set).any(|t| t.name == name);
     if !listed {
         return None;
     }
     Some(Answer::Plain(match name {
-        "execute_code" => return Some(execute::execute(state, args).await),
+        "execute_code" => return Some(execute::execute(state, args, session).await),
         "search_tools" => discovery::search(state, args).await,
         "get_tool_definition" => discovery::definition(state, args).await,
         "list_tool_categories" => discovery::categories_tool(state, args).await,
         "write_workspace_file" => workspace::write(state, args).await,
-        "read_workspace_file" => workspace::read(state, args).await,
+        "read_workspace_file" => workspace::read(state, args, session).await,
         "list_workspace_files" => workspace::list(state, args).await,
         "get_execution_stats" => stats::stats(state, args).await,
+        "sanitize_pii" => pii::sanitize(state, args, session),
+        "restore_pii" => pii::restore(args, session),
         _ => return None,
     }))
 }

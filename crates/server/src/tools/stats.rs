@@ -54,7 +54,12 @@ pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
         },
         "sandbox": state.engine.status().await,
         "upstream_servers": upstreams,
-        "pii": {"mode": config.pii.mode, "types": config.pii.types},
+        "pii": {
+            "mode": config.pii.mode,
+            "types": config.pii.types,
+            "restore_to": config.pii.restore_to,
+            "sessions_with_a_vault": state.vaults.sessions(),
+        },
         "tools": listed(state.tool_set).map(|t| t.name).collect::<Vec<_>>(),
     })))
 }

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::{Args, ToolDef, ToolResult, blocking, success};
 use crate::AppState;
+use crate::privacy::Session;
 
 pub const WRITE: ToolDef = ToolDef {
     name: "write_workspace_file",
@@ -67,17 +68,31 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
     })))
 }
 
-pub async fn read(state: &Arc<AppState>, args: Args) -> ToolResult {
+pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     args.only(&["filename"])?;
     let filename = args.string("filename")?;
-    let state = state.clone();
+    let reader = state.clone();
     let shown = filename.clone();
-    let content = blocking(move || Ok(state.workspace.read_text(&filename)?)).await?;
-    Ok(success(json!({
+    let content = blocking(move || Ok(reader.workspace.read_text(&filename)?)).await?;
+    let size = content.len();
+    // Code may have written real personal data to the file: in automatic
+    // mode the model sees tokens here too.
+    let (content, tokenized) = if crate::privacy::automatic(&state.config.pii) {
+        let t = session.vault().tokenize(&content, &state.config.pii.types);
+        let counts = (!t.counts.is_empty()).then(|| crate::privacy::summary(&t.counts));
+        (t.text, counts)
+    } else {
+        (content, None)
+    };
+    let mut answer = success(json!({
         "filename": shown,
         "content": content,
-        "size": content.len(),
-    })))
+        "size": size,
+    }));
+    if let (Some(pii), Some(obj)) = (tokenized, answer.as_object_mut()) {
+        obj.insert("pii".into(), pii);
+    }
+    Ok(answer)
 }
 
 pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {

@@ -1,0 +1,67 @@
+//! sanitize_pii and restore_pii: the session's vault, called explicitly.
+//! Explicit calls detect every kind, whatever `pii.types` says (that
+//! setting governs the automatic mode only).
+
+use std::sync::Arc;
+
+use cem_pii::Kind;
+use serde_json::json;
+
+use super::{Args, ToolDef, ToolResult, success};
+use crate::AppState;
+use crate::privacy::{Session, summary};
+
+pub const SANITIZE: ToolDef = ToolDef {
+    name: "sanitize_pii",
+    description: "Replace personal data and secrets in text with this session's tokens ([EMAIL_1], [PHONE_2], ...).",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"]
+        })
+    },
+    minimal: false,
+};
+
+pub const RESTORE: ToolDef = ToolDef {
+    name: "restore_pii",
+    description: "Put the original values back for this session's tokens in text.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"]
+        })
+    },
+    minimal: false,
+};
+
+pub fn sanitize(_state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
+    args.only(&["text"])?;
+    let text = args.string("text")?;
+    let out = session.vault().tokenize(&text, &Kind::ALL);
+    let counts = summary(&out.counts);
+    Ok(success(json!({
+        "sanitized_text": out.text,
+        "pii_found": counts["tokenized"],
+        "pii_types": counts["by_type"],
+    })))
+}
+
+pub fn restore(args: Args, session: &Session) -> ToolResult {
+    args.only(&["text"])?;
+    let text = args.string("text")?;
+    let out = session.vault().restore(&text);
+    let mut answer = success(json!({"restored_text": out.text, "restored": out.restored}));
+    if !out.unknown.is_empty()
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.insert("unknown_tokens".into(), json!(out.unknown));
+        obj.insert(
+            "message".into(),
+            json!("some tokens were not made in this session (or have expired) and were left as they are"),
+        );
+    }
+    Ok(answer)
+}

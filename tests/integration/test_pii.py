@@ -1,0 +1,126 @@
+"""Personal data: the model sees tokens; upstream tools get the real values back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from conftest import stdio_params
+from test_bridge import client_for, run
+
+pytestmark = pytest.mark.anyio
+
+PEOPLE = [
+    {"name": "Ada", "email": "ada.lovelace@example.com", "phone": "+44 20 7946 0958"},
+    {"name": "Grace", "email": "grace.hopper@example.org", "phone": "(415) 555-2671"},
+]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def people_file(tmp_path: Path) -> Path:
+    root = tmp_path / "fsroot"
+    root.mkdir(exist_ok=True)
+    path = root / "people.json"
+    path.write_text(json.dumps(PEOPLE))
+    return path
+
+
+async def test_the_model_sees_tokens_and_the_upstream_gets_real_values(data_dir: Path, tmp_path: Path):
+    people = people_file(tmp_path)
+    out = people.parent / "out.txt"
+    read = f"""
+rows = json.loads(call_tool("filesystem.read_text_file", {{"path": {str(people)!r}}})["content"])
+for r in rows:
+    print(r["name"], r["email"], r["phone"])
+result = rows[0]
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, read)
+        assert body["success"], body
+        text = json.dumps(body)
+        for p in PEOPLE:
+            assert p["email"] not in text and p["phone"] not in text, text
+        assert body["output"].splitlines() == ["Ada [EMAIL_1] [PHONE_1]", "Grace [EMAIL_2] [PHONE_2]"]
+        # The same value gets the same token in the result.
+        assert body["result"] == {"name": "Ada", "email": "[EMAIL_1]", "phone": "[PHONE_1]"}
+        assert body["pii"] == {"tokenized": 6, "by_type": {"email": 3, "phone": 3}}
+        # The model writes code with the tokens it saw: the upstreams get the real values.
+        write = f"""
+call_tool("filesystem.write_file", {{"path": {str(out)!r}, "content": "mail [EMAIL_2], call [PHONE_2]"}})
+call_tool("memory.create_entities", {{"entities": [{{"name": "Ada", "entityType": "person", "observations": ["phone [PHONE_1]"]}}]}})
+print("sent to [EMAIL_2]")
+"""
+        body = await run(client, write)
+        assert body["success"], body
+        assert out.read_text() == "mail grace.hopper@example.org, call (415) 555-2671"
+        memory = (people.parent / "memory.json").read_text()
+        assert "phone +44 20 7946 0958" in memory and "[PHONE_1]" not in memory
+        # What the code printed still reaches the model as tokens.
+        assert body["output"] == "sent to [EMAIL_2]\n"
+
+
+async def test_restore_to_limits_which_upstreams_get_real_values(data_dir: Path, tmp_path: Path):
+    root = people_file(tmp_path).parent
+    code = f"""
+t, _ = tokenize_pii("ada.lovelace@example.com")
+call_tool("filesystem.write_file", {{"path": {str(root / 'fs.txt')!r}, "content": t}})
+call_tool("memory.create_entities", {{"entities": [{{"name": "Ada", "entityType": "person", "observations": [t]}}]}})
+result = t
+"""
+    async with client_for(data_dir, tmp_path, pii={"restore_to": ["memory"]}) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        assert body["result"] == "[EMAIL_1]"
+        assert (root / "fs.txt").read_text() == "[EMAIL_1]", "filesystem may not receive real values"
+        assert "ada.lovelace@example.com" in (root / "memory.json").read_text()
+
+
+async def test_sanitize_and_restore_tools_and_sessions_stay_apart(data_dir: Path, tmp_path: Path):
+    text = "Write to ada@example.com or +1 415 555 2671; key sk_live_4eC39HqLyjWDarjtT1zdp7dc; IBAN DE89 3704 0044 0532 0130 00"
+    async with Client(stdio_params(data_dir)) as a, Client(stdio_params(data_dir)) as b:
+        s = (await a.call_tool("sanitize_pii", {"text": text})).structured_content
+        assert s["sanitized_text"] == "Write to [EMAIL_1] or [PHONE_1]; key [SECRET_1]; IBAN [IBAN_1]", s
+        assert s["pii_found"] == 4 and s["pii_types"] == {"email": 1, "phone": 1, "iban": 1, "secret": 1}
+        again = (await a.call_tool("sanitize_pii", {"text": "ada@example.com"})).structured_content
+        assert again["sanitized_text"] == "[EMAIL_1]", "a value keeps its token in the session"
+        r = (await a.call_tool("restore_pii", {"text": s["sanitized_text"]})).structured_content
+        assert r["restored_text"] == text
+        # Another session cannot restore them.
+        other = (await b.call_tool("restore_pii", {"text": s["sanitized_text"]})).structured_content
+        assert other["restored_text"] == s["sanitized_text"] and other["restored"] == 0
+        assert set(other["unknown_tokens"]) == {"[EMAIL_1]", "[PHONE_1]", "[SECRET_1]", "[IBAN_1]"}
+        bad = await a.call_tool("sanitize_pii", {"text": 42})
+        assert bad.is_error and "text" in json.dumps(bad.structured_content)
+
+
+async def test_modes_off_and_manual_and_the_workspace_reader(data_dir: Path, tmp_path: Path):
+    code = 'write_file("contacts.txt", "ada@example.com"); print("ada@example.com")'
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["output"] == "[EMAIL_1]\n"
+        read = (await client.call_tool("read_workspace_file", {"filename": "contacts.txt"})).structured_content
+        assert read["content"] == "[EMAIL_1]" and read["pii"]["tokenized"] == 1
+    for mode in ("off", "manual"):
+        (tmp_path / mode).mkdir()
+        async with client_for(data_dir, tmp_path / mode, pii={"mode": mode}) as client:
+            body = await run(client, code)
+            assert body["output"] == "ada@example.com\n" and "pii" not in body, (mode, body)
+            if mode == "manual":
+                s = (await client.call_tool("sanitize_pii", {"text": "ada@example.com"})).structured_content
+                assert s["sanitized_text"] == "[EMAIL_1]"
+
+
+async def test_ip_addresses_are_opt_in(data_dir: Path, tmp_path: Path):
+    code = 'print("from 192.168.10.4 and 2001:db8:85a3::8a2e:370:7334")'
+    async with client_for(data_dir, tmp_path) as client:
+        assert (await run(client, code))["output"] == "from 192.168.10.4 and 2001:db8:85a3::8a2e:370:7334\n"
+    (tmp_path / "ip").mkdir()
+    async with client_for(data_dir, tmp_path / "ip", pii={"types": ["ip", "email"]}) as client:
+        assert (await run(client, code))["output"] == "from [IP_1] and [IP_2]\n"
