@@ -69,7 +69,10 @@ print("sent to [EMAIL_2]")
 async def test_restore_to_limits_which_upstreams_get_real_values(data_dir: Path, tmp_path: Path):
     root = people_file(tmp_path).parent
     code = f"""
-t, _ = tokenize_pii("ada.lovelace@example.com")
+t, tokens = tokenize_pii("ada.lovelace@example.com")
+assert tokens == {{t: "ada.lovelace@example.com"}}, tokens
+assert detokenize_pii(t) == "ada.lovelace@example.com" == detokenize_pii(t, tokens)
+assert detokenize_pii("[EMAIL_99]") == "[EMAIL_99]"
 call_tool("filesystem.write_file", {{"path": {str(root / 'fs.txt')!r}, "content": t}})
 call_tool("memory.create_entities", {{"entities": [{{"name": "Ada", "entityType": "person", "observations": [t]}}]}})
 result = t

@@ -54,12 +54,16 @@ CODE_FILENAME = "<code>"
 
 
 _SEND_LOCK = threading.Lock()
+# Made once: json.dumps(default=...) builds a new encoder on every call, and
+# json.loads of bytes sniffs their encoding; both cost on every tool call.
+_ENCODE = json.JSONEncoder(default=str).encode
+_DECODE = json.JSONDecoder().decode
 
 
 def _send(message):
     if os.getpid() != _MAIN_PID:
         return
-    line = json.dumps(message, default=str) + "\n"
+    line = _ENCODE(message) + "\n"
     data = memoryview(line.encode("utf-8", "surrogateescape"))
     with _SEND_LOCK:
         while data:
@@ -134,7 +138,7 @@ def _dispatch(line):
         _REQUESTS.append({"type": "exit"})
         return
     try:
-        message = json.loads(line)
+        message = _DECODE(line.decode("utf-8"))
     except ValueError:
         return
     if message.get("type") != "answer":

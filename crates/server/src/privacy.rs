@@ -180,6 +180,36 @@ mod tests {
     }
 
     #[test]
+    fn session_keys() {
+        let hasher = std::hash::RandomState::new();
+        let parts = |headers: &[(&str, &str)]| {
+            let mut request = axum::http::Request::builder();
+            for (k, v) in headers {
+                request = request.header(*k, *v);
+            }
+            request.body(()).map(|r| r.into_parts().0).ok()
+        };
+        // stdio: the connection.
+        assert_eq!(session_key(None, 7, &hasher), "connection:7");
+        // HTTP with a session: the session, whatever the credential.
+        let a = parts(&[("mcp-session-id", "abc"), ("authorization", "Bearer t1")]);
+        assert_eq!(session_key(a.as_ref(), 1, &hasher), "mcp-session:abc");
+        // Stateless HTTP: one vault per credential, never the same for two.
+        let t1 = session_key(
+            parts(&[("authorization", "Bearer t1")]).as_ref(),
+            1,
+            &hasher,
+        );
+        let t2 = session_key(
+            parts(&[("authorization", "Bearer t2")]).as_ref(),
+            2,
+            &hasher,
+        );
+        assert!(t1.starts_with("credential:") && t1 != t2 && !t1.contains("t1"));
+        assert_eq!(session_key(parts(&[]).as_ref(), 3, &hasher), "http-local");
+    }
+
+    #[test]
     fn restore_rules() {
         let rules = vec!["memory".to_string(), "filesystem.write_file".to_string()];
         assert!(may_restore(&rules, "memory", "create_entities"));
