@@ -165,3 +165,30 @@ def test_public_bind_without_token_is_refused(data_dir: Path):
     assert out.returncode != 0
     assert "without an auth token" in out.stderr
     assert "--auth-token" in out.stderr
+
+
+def test_http_sessions_have_their_own_vaults_and_interpreters(http_server: HttpServer):
+    def open_session() -> str:
+        r = httpx.post(http_server.url, json=initialize(), headers=ACCEPT, timeout=10)
+        sid = r.headers["mcp-session-id"]
+        httpx.post(http_server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                   headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
+        return sid
+
+    def call(sid: str, tool: str, args: dict) -> dict:
+        r = httpx.post(http_server.url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                              "params": {"name": tool, "arguments": args}},
+                       headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=60)
+        return sse_json(r.text)[0]["result"]["structuredContent"]
+
+    a, b = open_session(), open_session()
+    token = call(a, "sanitize_pii", {"text": "ada@example.com"})["sanitized_text"]
+    assert token == "[EMAIL_1]"
+    assert call(a, "restore_pii", {"text": token})["restored_text"] == "ada@example.com"
+    assert call(b, "restore_pii", {"text": token})["restored_text"] == token, "session b restored a's token"
+    # The same session_id names two interpreters in two MCP sessions.
+    assert call(a, "execute_code", {"code": "x = 41", "session_id": "work"})["success"]
+    other = call(b, "execute_code", {"code": "result = 'x' in globals()", "session_id": "work"})
+    assert other["result"] is False and other["session_id"] == "work", other
+    mine = call(a, "execute_code", {"code": "result = x + 1", "session_id": "work"})
+    assert mine["result"] == 42

@@ -127,3 +127,15 @@ async def test_ip_addresses_are_opt_in(data_dir: Path, tmp_path: Path):
     (tmp_path / "ip").mkdir()
     async with client_for(data_dir, tmp_path / "ip", pii={"types": ["ip", "email"]}) as client:
         assert (await run(client, code))["output"] == "from [IP_1] and [IP_2]\n"
+
+
+async def test_structured_results_are_read_with_their_keys_and_cut_text_hides_half_values(data_dir: Path, tmp_path: Path):
+    code = """
+result = {"password": "hunter2Hunter2", "card": 4111111111111111, "phone": "4155552671", "count": 3}
+print("x" * 19990 + " ana.lopez@example.com tail")
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["result"] == {"password": "[SECRET_1]", "card": "[CREDIT_CARD_1]", "phone": "[PHONE_1]", "count": 3}, body["result"]
+        # The output cap falls inside the email: what is left of it is dropped, not shown.
+        assert "ana.lopez" not in body["output"] and "output truncated" in body["output"]

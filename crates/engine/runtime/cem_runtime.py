@@ -178,20 +178,28 @@ def _wait(take, timeout=None, may_read=None):
         finally:
             with _LOCK:
                 _STATE["reading"] = False
-                if line is not None:
-                    _dispatch(line)
-                _ARRIVED.notify_all()
-                if _CALLBACKS or _ABANDONED:
-                    _PUMP_WANTED.notify()
+                try:
+                    if line is not None:
+                        _dispatch(line)
+                finally:
+                    # Even when dispatching failed (a MemoryError decoding a
+                    # huge answer): someone else must take over reading.
+                    _ARRIVED.notify_all()
+                    if _CALLBACKS or _ABANDONED:
+                        _PUMP_WANTED.notify()
 
 
 def _pump():
-    _wait(lambda: None, may_read=lambda: bool(_CALLBACKS or _ABANDONED))
+    while not _STATE["eof"]:
+        try:
+            _wait(lambda: None, may_read=lambda: bool(_CALLBACKS or _ABANDONED))
+        except Exception:  # noqa: BLE001 - a bad line must not end the pump
+            continue
 
 
 def _want_pump():
     # With _LOCK held: make sure a thread reads for async calls and abandoned answers.
-    if _STATE["pump"] is None:
+    if _STATE["pump"] is None or not _STATE["pump"].is_alive():
         _STATE["pump"] = threading.Thread(target=_pump, name="cem-bridge", daemon=True)
         _STATE["pump"].start()
     _PUMP_WANTED.notify()
@@ -211,7 +219,16 @@ def _ask(kind, payload, callback=None):
 
 def _answer(request_id, timeout=None):
     """Waits for the answer to a synchronous request; None after `timeout`."""
-    message = _wait(lambda: _ANSWERS.pop(request_id, None), timeout)
+    try:
+        message = _wait(lambda: _ANSWERS.pop(request_id, None), timeout)
+    except BaseException:
+        # Interrupted while waiting (an exception from a signal handler):
+        # the answer will come and nobody will wait for it.
+        with _LOCK:
+            if _ANSWERS.pop(request_id, None) is None:
+                _ABANDONED.add(request_id)
+                _want_pump()
+        raise
     if message is None:
         with _LOCK:
             message = _ANSWERS.pop(request_id, None)
@@ -330,6 +347,14 @@ if "/" not in sys.path:
     sys.path.append("/")
 
 
+def _clean_cut(text):
+    """Ends text cut at a limit on a word boundary, so that no value cut in
+    half (an email, a card number) reaches the model where tokenization can
+    no longer recognise it: the unbroken run at the end is dropped."""
+    end = max(text.rfind(c) for c in " \n\t,;|")
+    return text[: end + 1] if end >= len(text) - 256 else text[: max(0, len(text) - 256)]
+
+
 class _Capture(io.TextIOBase):
     """Collects printed text up to a limit and counts what was cut."""
 
@@ -358,6 +383,7 @@ class _Capture(io.TextIOBase):
     def getvalue(self):
         out = "".join(self.parts)
         if self.dropped:
+            out = _clean_cut(out)
             out += (
                 f"\n[output truncated: {self.dropped} more characters. "
                 "Print less, or write large data to a file with write_file()]"
@@ -522,7 +548,7 @@ def _jsonable_result(value, limit):
         return repr(value)[:limit], "result is not JSON-serialisable; its repr() is returned"
     if len(text) > limit:
         return (
-            text[:limit],
+            _clean_cut(text[:limit]),
             f"result is {len(text)} characters as JSON, over the {limit} limit; it is cut. "
             "Return a summary, or write the data to a file with write_file()",
         )

@@ -157,8 +157,21 @@ fn cut(s: &str, cap: usize) -> String {
         return s.to_string();
     }
     let kept: String = s.chars().take(cap).collect();
+    // End on a word boundary: a value cut in half (an email, a card number)
+    // would reach the model where tokenization can no longer see it.
+    let boundary = kept.rfind([' ', '\n', '\t', ',', ';', '|']).map(|i| i + 1);
+    let kept = match boundary {
+        Some(end) if kept.len() - end <= 256 => kept[..end].to_string(),
+        _ => {
+            let mut end = kept.len().saturating_sub(256);
+            while !kept.is_char_boundary(end) {
+                end -= 1;
+            }
+            kept[..end].to_string()
+        }
+    };
     format!(
         "{kept}\n[truncated: {} more characters. Print less, or write large data to a file with write_file()]",
-        total - cap
+        total - kept.chars().count()
     )
 }

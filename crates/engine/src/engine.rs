@@ -55,6 +55,9 @@ pub struct ExecRequest {
     pub timeout_seconds: Option<u64>,
     pub memory_mb: Option<u64>,
     pub session_id: Option<String>,
+    /// Who owns `session_id` (the MCP session): two owners naming the same
+    /// id get two interpreters.
+    pub session_owner: Option<String>,
     pub reset_session: bool,
     /// For `run`: the script's arguments (sys.argv[1:]) and name.
     pub argv: Option<Vec<String>>,
@@ -254,9 +257,13 @@ impl Engine {
                 }
             }
             Some(id) => {
+                let key = match &request.session_owner {
+                    Some(owner) => format!("{owner}\u{0}{id}"),
+                    None => id.clone(),
+                };
                 self.run_in_session(
                     ready,
-                    id,
+                    &key,
                     request.reset_session,
                     memory_mb,
                     &message,

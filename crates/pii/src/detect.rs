@@ -32,6 +32,26 @@ pub fn detect(text: &str) -> Vec<Entity> {
     resolve(found)
 }
 
+/// Findings in the value of a structured field (a JSON object's entry):
+/// what [`detect`] finds, or the whole value when the key says it is a
+/// secret or a phone number and the value has that shape.
+pub fn detect_field(key: &str, value: &str) -> Vec<Entity> {
+    let whole = |kind| {
+        vec![Entity {
+            kind,
+            start: 0,
+            end: value.len(),
+        }]
+    };
+    if !value.is_empty() && secret::field(key, value) {
+        return whole(Kind::Secret);
+    }
+    if phone::field(key, value) {
+        return whole(Kind::Phone);
+    }
+    detect(value)
+}
+
 fn resolve(mut found: Vec<Entity>) -> Vec<Entity> {
     found.sort_by(|a, b| {
         (b.end - b.start)
@@ -268,6 +288,30 @@ mod tests {
         ] {
             assert_eq!(kinds(clean), [], "{clean}");
         }
+    }
+
+    #[test]
+    fn fields_use_their_key() {
+        fn whole(k: &str, v: &str) -> Vec<(Kind, String)> {
+            detect_field(k, v)
+                .iter()
+                .map(|e| (e.kind, v[e.start..e.end].to_string()))
+                .collect()
+        }
+        assert_eq!(
+            whole("password", "hunter2Hunter2"),
+            [(Kind::Secret, "hunter2Hunter2".to_string())]
+        );
+        assert_eq!(
+            whole("phone", "4155552671"),
+            [(Kind::Phone, "4155552671".to_string())]
+        );
+        assert_eq!(whole("order_id", "4155552671"), []);
+        assert_eq!(whole("password_hint", "my first dog"), []);
+        assert_eq!(
+            whole("note", "mail ana@example.com"),
+            [(Kind::Email, "ana@example.com".to_string())]
+        );
     }
 
     #[test]

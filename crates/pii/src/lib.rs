@@ -20,6 +20,6 @@ mod phone;
 mod secret;
 mod vault;
 
-pub use detect::{Entity, detect};
+pub use detect::{Entity, detect, detect_field};
 pub use kind::Kind;
 pub use vault::{Restored, Tokenized, Vault, Vaults, lock};

@@ -28,6 +28,15 @@ static PHONE_WORD: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// A structured field named like a phone number ("phone", "mobile") whose
+/// value is a bare run of digits.
+pub fn field(key: &str, value: &str) -> bool {
+    PHONE_WORD.is_match(key)
+        && BARE
+            .find(value)
+            .is_some_and(|m| m.start() == 0 && m.end() == value.len())
+}
+
 /// How far before a bare number its keyword may be (bytes, same line).
 const KEYWORD_REACH: usize = 40;
 

@@ -43,6 +43,20 @@ static PAIR: LazyLock<Regex> = LazyLock::new(|| {
     ))
 });
 
+/// A key that names a secret (`password`, `api_key`, `CLIENT_SECRET`).
+static SECRET_KEY: LazyLock<Regex> = LazyLock::new(|| {
+    pattern(
+        r"(?i)(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)",
+    )
+});
+
+/// A structured field whose key names a secret: its whole value is one
+/// (the pair pattern needs key and value in one string; a JSON object
+/// keeps them apart).
+pub fn field(key: &str, value: &str) -> bool {
+    SECRET_KEY.is_match(key) && !value.contains(char::is_whitespace) && looks_secret(value)
+}
+
 pub fn find(text: &str, found: &mut Vec<Entity>) {
     let mut push = |start: usize, end: usize| {
         found.push(Entity {

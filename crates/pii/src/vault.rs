@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use regex::Regex;
 
 use crate::detect::pattern;
-use crate::{Kind, detect};
+use crate::{Kind, detect, detect_field};
 
 static TOKEN: LazyLock<Regex> = LazyLock::new(|| {
     pattern(r"\[(EMAIL|PHONE|SSN|CREDIT_CARD|IP|IBAN|SECRET)_([1-9][0-9]{0,8})\]")
@@ -53,6 +53,15 @@ pub struct Vault {
 }
 
 impl Vault {
+    /// A vault that numbers on from `next` (a retired vault's counters), so
+    /// no token of the old vault ever means another value in the new one.
+    fn continuing(max_bytes: usize, next: BTreeMap<Kind, u64>) -> Self {
+        Self {
+            next,
+            ..Self::new(max_bytes)
+        }
+    }
+
     /// A vault holding at most about `max_bytes` of values; past that the
     /// oldest tokens are forgotten (they no longer restore).
     pub fn new(max_bytes: usize) -> Self {
@@ -74,7 +83,7 @@ impl Vault {
         let n = self.next.entry(kind).or_insert(0);
         *n += 1;
         let token = format!("[{}_{}]", kind.label(), n);
-        self.bytes += 2 * (value.len() + token.len()) + 64;
+        self.bytes += entry_bytes(value, &token);
         self.by_value
             .insert((kind, value.to_string()), token.clone());
         self.by_token.insert(token.clone(), value.to_string());
@@ -86,17 +95,27 @@ impl Vault {
             };
             self.by_value.remove(&(k, v.clone()));
             self.by_token.remove(&t);
-            self.bytes = self.bytes.saturating_sub(2 * (v.len() + t.len()) + 64);
+            self.bytes = self.bytes.saturating_sub(entry_bytes(&v, &t));
         }
         token
     }
 
     /// Replaces what the detectors find (of `kinds`) with tokens.
     pub fn tokenize(&mut self, text: &str, kinds: &[Kind]) -> Tokenized {
+        self.replace(text, detect(text), kinds)
+    }
+
+    /// Like [`Vault::tokenize`] for the value of a structured field: the
+    /// key tells what the value is (`"password": "…"`, `"phone": "…"`).
+    pub fn tokenize_field(&mut self, key: &str, value: &str, kinds: &[Kind]) -> Tokenized {
+        self.replace(value, detect_field(key, value), kinds)
+    }
+
+    fn replace(&mut self, text: &str, found: Vec<crate::Entity>, kinds: &[Kind]) -> Tokenized {
         let mut out = String::with_capacity(text.len());
         let mut counts = BTreeMap::new();
         let mut last = 0;
-        for e in detect(text).into_iter().filter(|e| kinds.contains(&e.kind)) {
+        for e in found.into_iter().filter(|e| kinds.contains(&e.kind)) {
             out.push_str(&text[last..e.start]);
             out.push_str(&self.token_for(e.kind, &text[e.start..e.end]));
             *counts.entry(e.kind).or_insert(0) += 1;
@@ -152,6 +171,12 @@ impl Vault {
     }
 }
 
+/// What one token costs: the value and the token are each kept three
+/// times (two maps and the eviction queue), plus the maps' overhead.
+fn entry_bytes(value: &str, token: &str) -> usize {
+    3 * (value.len() + token.len()) + 96
+}
+
 struct Slot {
     vault: Arc<Mutex<Vault>>,
     used: Instant,
@@ -159,12 +184,19 @@ struct Slot {
 
 /// One vault per session key, created on first use, dropped after `idle`
 /// without use; at most `max_sessions` (the least recently used goes).
+/// A key whose vault was dropped that way and comes back gets a vault that
+/// numbers on where the old one stopped: its old tokens no longer restore,
+/// and none of them is ever reused for another value.
 pub struct Vaults {
     slots: Mutex<HashMap<String, Slot>>,
+    retired: Mutex<HashMap<String, BTreeMap<Kind, u64>>>,
     idle: Duration,
     max_sessions: usize,
     max_bytes: usize,
 }
+
+/// Retired keys remembered (each a few dozen bytes).
+const MAX_RETIRED: usize = 100_000;
 
 impl std::fmt::Debug for Vaults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -179,6 +211,7 @@ impl Vaults {
     pub fn new(idle: Duration, max_sessions: usize, max_bytes: usize) -> Self {
         Self {
             slots: Mutex::new(HashMap::new()),
+            retired: Mutex::new(HashMap::new()),
             idle,
             max_sessions: max_sessions.max(1),
             max_bytes,
@@ -189,20 +222,35 @@ impl Vaults {
     pub fn get(&self, session: &str) -> Arc<Mutex<Vault>> {
         let mut slots = lock(&self.slots);
         let now = Instant::now();
-        slots.retain(|_, s| now.duration_since(s.used) < self.idle);
+        let mut gone: Vec<(String, Slot)> = Vec::new();
+        let expired: Vec<String> = slots
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.used) >= self.idle)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in expired {
+            if let Some(slot) = slots.remove(&k) {
+                gone.push((k, slot));
+            }
+        }
         if let Some(slot) = slots.get_mut(session) {
             slot.used = now;
-            return slot.vault.clone();
+            let vault = slot.vault.clone();
+            drop(slots);
+            self.retire(gone);
+            return vault;
         }
         if slots.len() >= self.max_sessions
             && let Some(oldest) = slots
                 .iter()
                 .min_by_key(|(_, s)| s.used)
                 .map(|(k, _)| k.clone())
+            && let Some(slot) = slots.remove(&oldest)
         {
-            slots.remove(&oldest);
+            gone.push((oldest, slot));
         }
-        let vault = Arc::new(Mutex::new(Vault::new(self.max_bytes)));
+        let next = lock(&self.retired).remove(session).unwrap_or_default();
+        let vault = Arc::new(Mutex::new(Vault::continuing(self.max_bytes, next)));
         slots.insert(
             session.to_string(),
             Slot {
@@ -210,7 +258,29 @@ impl Vaults {
                 used: now,
             },
         );
+        drop(slots);
+        self.retire(gone);
         vault
+    }
+
+    /// Forgets `session`'s vault for good (its session has ended; the key
+    /// is never used again).
+    pub fn remove(&self, session: &str) {
+        lock(&self.slots).remove(session);
+    }
+
+    fn retire(&self, gone: Vec<(String, Slot)>) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut retired = lock(&self.retired);
+        for (key, slot) in gone {
+            if retired.len() >= MAX_RETIRED {
+                retired.clear();
+            }
+            let next = lock(&slot.vault).next.clone();
+            retired.insert(key, next);
+        }
     }
 
     pub fn sessions(&self) -> usize {
@@ -265,6 +335,22 @@ mod tests {
             vaults.get(s);
         }
         assert_eq!(vaults.sessions(), 2);
+    }
+
+    #[test]
+    fn a_returning_session_never_gets_an_old_token_for_a_new_value() {
+        let vaults = Vaults::new(Duration::from_secs(60), 1, 1 << 20);
+        let first = lock(&vaults.get("a"))
+            .tokenize("ana@example.com", &Kind::ALL)
+            .text;
+        vaults.get("b"); // "a" is evicted
+        let again = vaults.get("a");
+        let second = lock(&again).tokenize("bob@example.com", &Kind::ALL).text;
+        assert_eq!(
+            (first.as_str(), second.as_str()),
+            ("[EMAIL_1]", "[EMAIL_2]")
+        );
+        assert_eq!(lock(&again).restore("[EMAIL_1]").text, "[EMAIL_1]");
     }
 
     #[test]

@@ -14,6 +14,8 @@ use crate::AppState;
 use crate::privacy::{self, Session};
 use cem_pii::Kind;
 
+/// The most text one tokenize_pii / detokenize_pii call takes from code.
+const MAX_PII_TEXT: usize = 1 << 20;
 /// Binary content above this many bytes is written to the workspace.
 const INLINE_BINARY: usize = 64 << 10;
 
@@ -51,14 +53,25 @@ impl Bridge for ToolBridge {
     }
 
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
-        let answer = pii(&self.session, &arguments);
-        Box::pin(async move { answer })
+        let session = self.session.clone();
+        // Detection is CPU work: off the async workers.
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || pii(&session, &arguments))
+                .await
+                .unwrap_or_else(|e| Err(format!("the PII task failed: {e}")))
+        })
     }
 }
 
 /// tokenize_pii / detokenize_pii from code, with the session's vault.
 fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
     let text = arguments["text"].as_str().ok_or("text must be a string")?;
+    if text.len() > MAX_PII_TEXT {
+        return Err(format!(
+            "the text is {} bytes; tokenize_pii and detokenize_pii take at most {MAX_PII_TEXT} at a time: split it",
+            text.len()
+        ));
+    }
     let mut vault = session.vault();
     match arguments["op"].as_str() {
         Some("tokenize") => {

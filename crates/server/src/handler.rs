@@ -23,13 +23,37 @@ static SESSIONS: AtomicU64 = AtomicU64::new(0);
 pub struct McpHandler {
     state: Arc<AppState>,
     session: u64,
+    /// Dropped with the last clone: the session is over, its vault goes.
+    _ended: Arc<SessionEnd>,
+}
+
+#[derive(Debug)]
+struct SessionEnd {
+    state: Arc<AppState>,
+    session: u64,
+}
+
+impl Drop for SessionEnd {
+    fn drop(&mut self) {
+        self.state
+            .vaults
+            .remove(&crate::privacy::connection_key(self.session));
+    }
 }
 
 impl McpHandler {
     pub fn new(state: Arc<AppState>) -> Self {
         let session = SESSIONS.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(session, "new MCP session");
-        Self { state, session }
+        let ended = Arc::new(SessionEnd {
+            state: state.clone(),
+            session,
+        });
+        Self {
+            state,
+            session,
+            _ended: ended,
+        }
     }
 
     /// The tool list as sent to clients.

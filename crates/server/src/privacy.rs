@@ -15,13 +15,16 @@ use serde_json::{Map, Value, json};
 /// How long an unused session's vault is kept.
 pub const VAULT_IDLE: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
 /// Vaults kept at once (the least recently used goes first).
-pub const MAX_VAULTS: usize = 1024;
-/// Bytes of values one vault holds before it forgets its oldest tokens.
-pub const VAULT_BYTES: usize = 16 << 20;
+pub const MAX_VAULTS: usize = 256;
+/// Bytes one vault holds (values, tokens, bookkeeping) before it forgets
+/// its oldest tokens: at most MAX_VAULTS × VAULT_BYTES (1 GiB) in all.
+pub const VAULT_BYTES: usize = 4 << 20;
 
 /// The caller of a tool: which session's vault applies.
 #[derive(Clone)]
 pub struct Session {
+    /// The session key (also scopes execute_code's `session_id`).
+    pub key: String,
     pub vault: Arc<Mutex<Vault>>,
 }
 
@@ -31,26 +34,37 @@ impl Session {
     }
 }
 
-/// The key of the session a request belongs to. An MCP session id when the
-/// client has one (streamable HTTP); else, for stateless HTTP requests, the
-/// bearer credential (hashed; each credential is one client); else the
-/// connection (stdio: one client per process).
+/// The key of the session a request belongs to: the handler (one per stdio
+/// connection, one per stateful HTTP session: rmcp makes a handler per
+/// session, so this cannot be forged with a header). Stateless HTTP
+/// requests (protocol 2026-07-28, one handler per request) have no session:
+/// their key is the bearer credential (hashed), or `http-local` without
+/// one, so a client keeps its tokens from one request to the next.
 pub fn session_key(
     parts: Option<&axum::http::request::Parts>,
     connection: u64,
     hasher: &std::hash::RandomState,
 ) -> String {
-    let Some(parts) = parts else {
-        return format!("connection:{connection}");
+    let header = |name: &str| {
+        parts
+            .and_then(|p| p.headers.get(name))
+            .and_then(|v| v.to_str().ok())
     };
-    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(id) = header("mcp-session-id") {
-        return format!("mcp-session:{id}");
+    if header("mcp-protocol-version") != Some(STATELESS_PROTOCOL) {
+        return connection_key(connection);
     }
     match header("authorization") {
         Some(auth) => format!("credential:{:016x}", hasher.hash_one(auth)),
         None => "http-local".to_string(),
     }
+}
+
+/// The protocol version whose HTTP requests carry no session.
+const STATELESS_PROTOCOL: &str = "2026-07-28";
+
+/// The key of a handler's own session (see [`session_key`]).
+pub fn connection_key(connection: u64) -> String {
+    format!("connection:{connection}")
 }
 
 /// Whether this config tokenizes answers automatically.
@@ -59,8 +73,21 @@ pub fn automatic(config: &PiiConfig) -> bool {
 }
 
 /// Tokenizes every string in `value` (object keys too), counting by kind.
+/// An object's entries are read with their key (`"password": "…"` is a
+/// secret, `"phone": "4155552671"` a phone number), and numbers as text
+/// (a card number may be one): a number found whole becomes its token.
 pub fn tokenize_value(
     vault: &mut Vault,
+    value: &mut Value,
+    kinds: &[Kind],
+    counts: &mut BTreeMap<Kind, usize>,
+) {
+    tokenize_in(vault, None, value, kinds, counts);
+}
+
+fn tokenize_in(
+    vault: &mut Vault,
+    key: Option<&str>,
     value: &mut Value,
     kinds: &[Kind],
     counts: &mut BTreeMap<Kind, usize>,
@@ -68,10 +95,14 @@ pub fn tokenize_value(
     fn text(
         vault: &mut Vault,
         s: &str,
+        key: Option<&str>,
         kinds: &[Kind],
         counts: &mut BTreeMap<Kind, usize>,
     ) -> Option<String> {
-        let t = vault.tokenize(s, kinds);
+        let t = match key {
+            Some(k) => vault.tokenize_field(k, s, kinds),
+            None => vault.tokenize(s, kinds),
+        };
         if t.counts.is_empty() {
             return None;
         }
@@ -82,21 +113,26 @@ pub fn tokenize_value(
     }
     match value {
         Value::String(s) => {
-            if let Some(t) = text(vault, s, kinds, counts) {
+            if let Some(t) = text(vault, s, key, kinds, counts) {
                 *s = t;
+            }
+        }
+        Value::Number(n) => {
+            if let Some(t) = text(vault, &n.to_string(), key, kinds, counts) {
+                *value = Value::String(t);
             }
         }
         Value::Array(items) => {
             for item in items {
-                tokenize_value(vault, item, kinds, counts);
+                tokenize_in(vault, key, item, kinds, counts);
             }
         }
         Value::Object(map) => {
             let old = std::mem::take(map);
             let mut new = Map::with_capacity(old.len());
             for (k, mut v) in old {
-                tokenize_value(vault, &mut v, kinds, counts);
-                let key = text(vault, &k, kinds, counts).unwrap_or(k);
+                tokenize_in(vault, Some(&k), &mut v, kinds, counts);
+                let key = text(vault, &k, None, kinds, counts).unwrap_or(k);
                 new.insert(key, v);
             }
             *map = new;
@@ -189,24 +225,30 @@ mod tests {
             }
             request.body(()).map(|r| r.into_parts().0).ok()
         };
+        let stateless = ("mcp-protocol-version", "2026-07-28");
         // stdio: the connection.
         assert_eq!(session_key(None, 7, &hasher), "connection:7");
-        // HTTP with a session: the session, whatever the credential.
-        let a = parts(&[("mcp-session-id", "abc"), ("authorization", "Bearer t1")]);
-        assert_eq!(session_key(a.as_ref(), 1, &hasher), "mcp-session:abc");
+        // A stateful HTTP session: its handler; a copied session header changes nothing.
+        let a = parts(&[
+            ("mcp-session-id", "victim"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ]);
+        assert_eq!(session_key(a.as_ref(), 1, &hasher), "connection:1");
         // Stateless HTTP: one vault per credential, never the same for two.
-        let t1 = session_key(
-            parts(&[("authorization", "Bearer t1")]).as_ref(),
-            1,
-            &hasher,
-        );
-        let t2 = session_key(
-            parts(&[("authorization", "Bearer t2")]).as_ref(),
-            2,
-            &hasher,
-        );
+        let key = |auth: &str| {
+            session_key(
+                parts(&[stateless, ("authorization", auth)]).as_ref(),
+                1,
+                &hasher,
+            )
+        };
+        let (t1, t2) = (key("Bearer t1"), key("Bearer t2"));
         assert!(t1.starts_with("credential:") && t1 != t2 && !t1.contains("t1"));
-        assert_eq!(session_key(parts(&[]).as_ref(), 3, &hasher), "http-local");
+        assert_eq!(t1, key("Bearer t1"));
+        assert_eq!(
+            session_key(parts(&[stateless]).as_ref(), 3, &hasher),
+            "http-local"
+        );
     }
 
     #[test]

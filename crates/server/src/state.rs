@@ -56,6 +56,7 @@ impl AppState {
     /// The session (its PII vault) under `key`; see [`crate::privacy::session_key`].
     pub fn session(&self, key: &str) -> Session {
         Session {
+            key: key.to_string(),
             vault: self.vaults.get(key),
         }
     }

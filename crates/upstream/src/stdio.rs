@@ -98,7 +98,8 @@ impl LineWatch {
         match bytes.iter().rposition(|&b| b == b'\n') {
             Some(last) => {
                 let first = bytes.iter().position(|&b| b == b'\n').unwrap_or(last);
-                self.check(self.line + first);
+                // rmcp refuses a line when it and its newline exceed the limit.
+                self.check(self.line + first + 1);
                 self.line = bytes.len() - last - 1;
                 self.flagged = false;
             }

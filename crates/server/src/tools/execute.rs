@@ -41,29 +41,29 @@ const ARGS: &[&str] = &[
 pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> Answer {
     match request(&args) {
         Err(failure) => Answer::Plain(Err(failure)),
-        Ok(request) => match state
-            .engine
-            .execute(
-                request,
-                Some(crate::bridge::ToolBridge::shared(
-                    state.clone(),
-                    session.clone(),
-                )),
-            )
-            .await
-        {
-            Ok(answer) => {
-                let is_error = !answer.success;
-                let mut body = serde_json::to_value(&answer)
-                    .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
-                if privacy::automatic(&state.config.pii) {
-                    tokenize_answer(state, session, &mut body);
-                }
-                Answer::Flagged { body, is_error }
+        Ok(mut request) => {
+            // An interpreter session belongs to the MCP session that named
+            // it: another client using the same name gets its own.
+            request.session_owner = Some(session.key.clone());
+            run(state, request, session).await
+        }
+    }
+}
+
+async fn run(state: &Arc<AppState>, request: ExecRequest, session: &Session) -> Answer {
+    let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone());
+    match state.engine.execute(request, Some(bridge)).await {
+        Ok(answer) => {
+            let is_error = !answer.success;
+            let mut body = serde_json::to_value(&answer)
+                .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
+            if privacy::automatic(&state.config.pii) {
+                tokenize_answer(state, session, &mut body);
             }
-            Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
-            Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
-        },
+            Answer::Flagged { body, is_error }
+        }
+        Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
+        Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
     }
 }
 
