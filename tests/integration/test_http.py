@@ -129,19 +129,21 @@ def test_token_from_environment(data_dir: Path):
         server.stop()
 
 
-def test_sessions_are_separate(http_server: HttpServer):
-    def open_session() -> str:
-        r = httpx.post(http_server.url, json=initialize(), headers=ACCEPT, timeout=10)
-        sid = r.headers["mcp-session-id"]
-        httpx.post(http_server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                   headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
-        return sid
+def open_http_session(server: HttpServer) -> str:
+    """Initializes a stateful (2025-11-25) session over raw HTTP; returns its id."""
+    r = httpx.post(server.url, json=initialize(), headers=ACCEPT, timeout=10)
+    sid = r.headers["mcp-session-id"]
+    httpx.post(server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+               headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
+    return sid
 
+
+def test_sessions_are_separate(http_server: HttpServer):
     def list_tools(sid: str) -> httpx.Response:
         return httpx.post(http_server.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
                           headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
 
-    a, b = open_session(), open_session()
+    a, b = open_http_session(http_server), open_http_session(http_server)
     assert a != b
     assert list_tools(a).status_code == 200 and list_tools(b).status_code == 200
     # Ending one session leaves the other untouched.
@@ -168,20 +170,13 @@ def test_public_bind_without_token_is_refused(data_dir: Path):
 
 
 def test_http_sessions_have_their_own_vaults_and_interpreters(http_server: HttpServer):
-    def open_session() -> str:
-        r = httpx.post(http_server.url, json=initialize(), headers=ACCEPT, timeout=10)
-        sid = r.headers["mcp-session-id"]
-        httpx.post(http_server.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                   headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
-        return sid
-
     def call(sid: str, tool: str, args: dict) -> dict:
         r = httpx.post(http_server.url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                                               "params": {"name": tool, "arguments": args}},
                        headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=60)
         return sse_json(r.text)[0]["result"]["structuredContent"]
 
-    a, b = open_session(), open_session()
+    a, b = open_http_session(http_server), open_http_session(http_server)
     token = call(a, "sanitize_pii", {"text": "ada@example.com"})["sanitized_text"]
     assert token == "[EMAIL_1]"
     assert call(a, "restore_pii", {"text": token})["restored_text"] == "ada@example.com"

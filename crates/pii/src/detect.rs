@@ -16,6 +16,12 @@ pub struct Entity {
     pub end: usize,
 }
 
+impl Entity {
+    pub fn new(kind: Kind, start: usize, end: usize) -> Self {
+        Self { kind, start, end }
+    }
+}
+
 /// Everything in `text` that is personal data or a secret, in order, not
 /// overlapping. Where matches overlap, the longest wins, then the more
 /// specific kind (a card number over a phone number of the same digits).
@@ -36,13 +42,7 @@ pub fn detect(text: &str) -> Vec<Entity> {
 /// what [`detect`] finds, or the whole value when the key says it is a
 /// secret or a phone number and the value has that shape.
 pub fn detect_field(key: &str, value: &str) -> Vec<Entity> {
-    let whole = |kind| {
-        vec![Entity {
-            kind,
-            start: 0,
-            end: value.len(),
-        }]
-    };
+    let whole = |kind| vec![Entity::new(kind, 0, value.len())];
     if !value.is_empty() && secret::field(key, value) {
         return whole(Kind::Secret);
     }
@@ -102,6 +102,14 @@ pub(crate) fn pattern(re: &str) -> Regex {
     Regex::new(re).expect("a constant pattern compiles")
 }
 
+/// Whether every non-digit character of `s` is the same one (or there is
+/// none): `4111 1111 1111 1111`, not `4111-1111 1111`.
+pub(crate) fn one_separator(s: &str) -> bool {
+    let mut seps = s.chars().filter(|c| !c.is_ascii_digit());
+    let first = seps.next();
+    seps.all(|c| Some(c) == first)
+}
+
 pub(crate) fn digits(s: &str) -> Vec<u8> {
     s.bytes().filter(u8::is_ascii_digit).collect()
 }
@@ -114,11 +122,7 @@ fn emails(text: &str, found: &mut Vec<Entity>) {
     });
     for m in EMAIL.find_iter(text) {
         if bounded(text, m.start(), m.end(), ".-+") {
-            found.push(Entity {
-                kind: Kind::Email,
-                start: m.start(),
-                end: m.end(),
-            });
+            found.push(Entity::new(Kind::Email, m.start(), m.end()));
         }
     }
 }
@@ -136,11 +140,7 @@ fn ssns(text: &str, found: &mut Vec<Entity>) {
             && checks::ssn(num(a), num(g), num(n))
             && bounded(text, m.start(), m.end(), "-.")
         {
-            found.push(Entity {
-                kind: Kind::Ssn,
-                start: m.start(),
-                end: m.end(),
-            });
+            found.push(Entity::new(Kind::Ssn, m.start(), m.end()));
         }
     }
 }
@@ -150,10 +150,9 @@ fn cards(text: &str, found: &mut Vec<Entity>) {
     for m in CARD.find_iter(text) {
         let s = m.as_str();
         let d = digits(s);
-        let seps: Vec<char> = s.chars().filter(|c| !c.is_ascii_digit()).collect();
         let groups: Vec<usize> = s.split([' ', '-']).map(str::len).collect();
-        let grouped = seps.is_empty()
-            || (seps.iter().all(|c| *c == seps[0])
+        let grouped = groups.len() == 1
+            || (one_separator(s)
                 && (groups[..groups.len() - 1].iter().all(|g| *g == 4)
                     || groups == [4, 6, 5]
                     || groups == [4, 6, 4]));
@@ -162,11 +161,7 @@ fn cards(text: &str, found: &mut Vec<Entity>) {
             && checks::card_issuer(&d)
             && bounded(text, m.start(), m.end(), "-.")
         {
-            found.push(Entity {
-                kind: Kind::CreditCard,
-                start: m.start(),
-                end: m.end(),
-            });
+            found.push(Entity::new(Kind::CreditCard, m.start(), m.end()));
         }
     }
 }
@@ -182,11 +177,7 @@ fn ipv4s(text: &str, found: &mut Vec<Entity>) {
             .get(before.len().saturating_sub(7)..)
             .is_some_and(|w| w.eq_ignore_ascii_case("version"));
         if octets_ok && !version && bounded(text, m.start(), m.end(), ".-") {
-            found.push(Entity {
-                kind: Kind::Ip,
-                start: m.start(),
-                end: m.end(),
-            });
+            found.push(Entity::new(Kind::Ip, m.start(), m.end()));
         }
     }
 }
@@ -204,11 +195,7 @@ fn ipv6s(text: &str, found: &mut Vec<Entity>) {
         }
         let groups = s.split(':').filter(|g| !g.is_empty()).count();
         if groups >= 3 && s.parse::<Ipv6Addr>().is_ok() && bounded(text, m.start(), end, ":.") {
-            found.push(Entity {
-                kind: Kind::Ip,
-                start: m.start(),
-                end,
-            });
+            found.push(Entity::new(Kind::Ip, m.start(), end));
         }
     }
 }
@@ -222,11 +209,7 @@ fn ibans(text: &str, found: &mut Vec<Entity>) {
         loop {
             let compact: String = s.chars().filter(|c| *c != ' ').collect();
             if checks::iban(&compact) && bounded(text, m.start(), m.start() + s.len(), "-") {
-                found.push(Entity {
-                    kind: Kind::Iban,
-                    start: m.start(),
-                    end: m.start() + s.len(),
-                });
+                found.push(Entity::new(Kind::Iban, m.start(), m.start() + s.len()));
                 break;
             }
             match s.rfind(' ') {
@@ -235,6 +218,16 @@ fn ibans(text: &str, found: &mut Vec<Entity>) {
             }
         }
     }
+}
+
+/// The texts of the findings of `kind` (for the detectors' tests).
+#[cfg(test)]
+pub(crate) fn found_of(text: &str, kind: Kind) -> Vec<&str> {
+    detect(text)
+        .into_iter()
+        .filter(|e| e.kind == kind)
+        .map(|e| &text[e.start..e.end])
+        .collect()
 }
 
 #[cfg(test)]

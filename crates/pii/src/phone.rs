@@ -9,7 +9,7 @@ use regex::Regex;
 
 use crate::Kind;
 use crate::checks;
-use crate::detect::{Entity, bounded, digits, pattern};
+use crate::detect::{Entity, bounded, digits, one_separator, pattern};
 
 static PHONE: LazyLock<Regex> = LazyLock::new(|| {
     pattern(r"(?i-u)\+?(?:\(\d{1,5}\)|\d)[\d().\- ]*\d(?:(?: ?(?:x|ext\.?|extension|#) ?)\d{1,6})?")
@@ -52,24 +52,14 @@ fn bare(text: &str, found: &mut Vec<Entity>) {
         let before = &text[from..m.start()];
         let line = before.rsplit('\n').next().unwrap_or(before);
         if PHONE_WORD.is_match(line) {
-            found.push(Entity {
-                kind: Kind::Phone,
-                start: m.start(),
-                end: m.end(),
-            });
+            found.push(Entity::new(Kind::Phone, m.start(), m.end()));
         }
     }
 }
 
 pub fn find(text: &str, found: &mut Vec<Entity>) {
     bare(text, found);
-    let mut push = |start: usize, end: usize| {
-        found.push(Entity {
-            kind: Kind::Phone,
-            start,
-            end,
-        })
-    };
+    let mut push = |start, end| found.push(Entity::new(Kind::Phone, start, end));
     for m in PHONE.find_iter(text) {
         let start = m.start();
         let full = m.as_str();
@@ -113,10 +103,7 @@ fn valid(number: &str) -> bool {
         return false;
     }
     let lens: Vec<usize> = groups.iter().map(|g| g.len()).collect();
-    let same_sep = {
-        let seps: Vec<char> = number.chars().filter(|c| !c.is_ascii_digit()).collect();
-        seps.iter().all(|c| *c == seps[0])
-    };
+    let same_sep = one_separator(number);
     // 1 234 567 / 12.345.678: an amount with thousands separators.
     if same_sep && !has('(') && lens[0] <= 2 && lens[1..].iter().all(|l| *l == 3) {
         return false;
@@ -167,14 +154,11 @@ fn date_like(groups: &[&str]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Kind, detect};
+    use crate::Kind;
+    use crate::detect::found_of;
 
     fn phones(text: &str) -> Vec<&str> {
-        detect(text)
-            .into_iter()
-            .filter(|e| e.kind == Kind::Phone)
-            .map(|e| &text[e.start..e.end])
-            .collect()
+        found_of(text, Kind::Phone)
     }
 
     #[test]

@@ -36,19 +36,18 @@ static BEARER: LazyLock<Regex> =
 
 /// `password=…`, `"api_key": "…"`, `CLIENT_SECRET: …`: the key names a
 /// secret; the value is what is hidden.
+/// The words that make a key name a secret (`password`, `api_key`,
+/// `CLIENT_SECRET`).
+const SECRET_WORDS: &str = r"(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)";
+
 static PAIR: LazyLock<Regex> = LazyLock::new(|| {
-    pattern(concat!(
-        r#"(?i)[A-Za-z0-9_.\-]*(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)[A-Za-z0-9_\-]*"#,
-        r#"["']?[ \t]*[:=][ \t]*["']?([!#$%&*+\-./0-9:=?@A-Z\\^_a-z|~]{8,})"#,
+    pattern(&format!(
+        r#"(?i)[A-Za-z0-9_.\-]*{SECRET_WORDS}[A-Za-z0-9_\-]*["']?[ \t]*[:=][ \t]*["']?([!#$%&*+\-./0-9:=?@A-Z\\^_a-z|~]{{8,}})"#
     ))
 });
 
-/// A key that names a secret (`password`, `api_key`, `CLIENT_SECRET`).
-static SECRET_KEY: LazyLock<Regex> = LazyLock::new(|| {
-    pattern(
-        r"(?i)(?:password|passwd|pwd|passphrase|secret|token|api[_\-]?key|access[_\-]?key|private[_\-]?key|credentials?)",
-    )
-});
+/// A key that names a secret.
+static SECRET_KEY: LazyLock<Regex> = LazyLock::new(|| pattern(&format!("(?i){SECRET_WORDS}")));
 
 /// A structured field whose key names a secret: its whole value is one
 /// (the pair pattern needs key and value in one string; a JSON object
@@ -58,13 +57,7 @@ pub fn field(key: &str, value: &str) -> bool {
 }
 
 pub fn find(text: &str, found: &mut Vec<Entity>) {
-    let mut push = |start: usize, end: usize| {
-        found.push(Entity {
-            kind: Kind::Secret,
-            start,
-            end,
-        })
-    };
+    let mut push = |start, end| found.push(Entity::new(Kind::Secret, start, end));
     for m in PREFIXED.find_iter(text) {
         if bounded(text, m.start(), m.end(), "") {
             push(m.start(), m.end());
@@ -147,14 +140,11 @@ fn format_spec(v: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Kind, detect};
+    use crate::Kind;
+    use crate::detect::found_of;
 
     fn secrets(text: &str) -> Vec<&str> {
-        detect(text)
-            .into_iter()
-            .filter(|e| e.kind == Kind::Secret)
-            .map(|e| &text[e.start..e.end])
-            .collect()
+        found_of(text, Kind::Secret)
     }
 
     #[test]

@@ -14,28 +14,25 @@ use crate::privacy::{Session, summary};
 pub const SANITIZE: ToolDef = ToolDef {
     name: "sanitize_pii",
     description: "Replace personal data and secrets in text with this session's tokens ([EMAIL_1], [PHONE_2], ...).",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"]
-        })
-    },
+    schema: text_only,
     minimal: false,
 };
 
 pub const RESTORE: ToolDef = ToolDef {
     name: "restore_pii",
     description: "Put the original values back for this session's tokens in text.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "required": ["text"]
-        })
-    },
+    schema: text_only,
     minimal: false,
 };
+
+/// Both tools take one argument, `text`.
+fn text_only() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"]
+    })
+}
 
 pub fn sanitize(_state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     args.only(&["text"])?;
