@@ -63,6 +63,9 @@ pub enum Command {
     /// Personal data detection from the shell (what execute_code's answers get).
     #[command(subcommand)]
     Pii(PiiCommand),
+    /// Count o200k tokens, as execute_code's `tokens` field does: read JSON
+    /// lines (each a JSON string) on stdin, print one count per line.
+    Tokens,
 }
 
 #[derive(Debug, Subcommand)]

@@ -9,6 +9,7 @@ mod pii;
 mod run;
 mod serve;
 mod setup;
+mod token_count;
 mod tools;
 
 use std::process::ExitCode;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli, args),
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Pii(cmd) => pii::run(cmd),
+        Command::Tokens => token_count::run(),
     };
     match outcome {
         Ok(code) => code,

@@ -18,6 +18,7 @@ mod tokens;
 pub use answer::ExecAnswer;
 pub use bridge::{BoxFuture, Bridge, CallError};
 pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode};
+pub use tokens::count as count_tokens;
 
 /// Why an execution could not even start.
 #[derive(Debug, thiserror::Error)]
