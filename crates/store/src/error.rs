@@ -78,3 +78,32 @@ impl WorkspaceError {
         }
     }
 }
+
+/// What can go wrong with skills, phrased for an agent to act on.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillError {
+    #[error(
+        "invalid skill name {name:?}: {reason}. Use lowercase letters and digits, words joined \
+         by _ or -, starting with a letter, at most 64 characters (for example top_authors)"
+    )]
+    BadName { name: String, reason: String },
+    #[error("skill '{name}': the description is invalid: {reason}")]
+    BadDescription { name: String, reason: String },
+    #[error("skill '{name}': {reason}")]
+    BadCode { name: String, reason: String },
+    #[error("no skill named '{name}'; list_skills shows the saved ones")]
+    NotFound { name: String },
+    #[error("skill '{name}' has no version {version}; kept: {kept}")]
+    NoVersion {
+        name: String,
+        version: u64,
+        kept: String,
+    },
+    #[error("skill '{name}': SKILL.md is unreadable: {reason}")]
+    Format { name: String, reason: String },
+    #[error("skill store I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}

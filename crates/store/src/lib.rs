@@ -1,16 +1,29 @@
 //! Persistent storage of code-execution-mcp.
 //!
-//! For now this is the [`Workspace`]: the directory under the data dir where
+//! The [`Workspace`]: the directory under the data dir where
 //! agents keep files between executions. Every access is confined to it with
 //! `cap-std`, which resolves each path beneath the workspace's directory
 //! handle and refuses `..`, absolute paths and symlinks that lead out, so a
 //! symlink planted by sandboxed code cannot make the host read or write
 //! outside. Writes go to a temporary file that is renamed into place.
+//!
+//! And the [`SkillStore`]: code agents saved to reuse, one directory per
+//! skill in the Agent Skills layout (SKILL.md with YAML front matter, and
+//! the code), with earlier versions kept.
 
 mod error;
 mod path;
+mod skill_file;
+mod skill_name;
+mod skills;
 mod workspace;
 
-pub use error::WorkspaceError;
+pub use error::{SkillError, WorkspaceError};
 pub use path::validate_relative;
+pub use skill_file::{Parsed as ParsedSkillFile, SkillMeta, parse as parse_skill_file};
+pub use skill_name::{MAX_NAME, SkillName};
+pub use skills::{
+    Analysis, CODE_FILE, KEEP_VERSIONS, MAX_CODE_BYTES, MAX_DESCRIPTION, Saved, Skill, SkillStore,
+    check_code, check_description, code_hash,
+};
 pub use workspace::{Entry, LIST_LIMIT, Listing, MAX_DEPTH, Usage, Workspace, Written};
