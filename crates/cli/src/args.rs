@@ -63,9 +63,44 @@ pub enum Command {
     /// Personal data detection from the shell (what execute_code's answers get).
     #[command(subcommand)]
     Pii(PiiCommand),
+    /// Saved skills from the shell.
+    #[command(subcommand)]
+    Skills(SkillsCommand),
     /// Count o200k tokens, as execute_code's `tokens` field does: read JSON
     /// lines (each a JSON string) on stdin, print one count per line.
     Tokens,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// Every saved skill, one line each.
+    List {
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One skill: its metadata, then its code.
+    Show {
+        name: String,
+        /// An earlier version (default: the current one).
+        #[arg(long)]
+        version: Option<u64>,
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a skill and every version of it.
+    Rm { name: String },
+    /// Write skills to DIR/.claude/skills/<name>/ (SKILL.md and skill.py),
+    /// where Claude Code finds them.
+    Export {
+        dir: PathBuf,
+        /// Only these skills (default: all).
+        names: Vec<String>,
+    },
+    /// Read skills from DIR/.claude/skills/*/ (or DIR/*/, or DIR itself):
+    /// each a SKILL.md and its Python code, checked before it is saved.
+    Import { dir: PathBuf },
 }
 
 #[derive(Debug, Subcommand)]

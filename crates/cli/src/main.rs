@@ -9,6 +9,7 @@ mod pii;
 mod run;
 mod serve;
 mod setup;
+mod skills;
 mod token_count;
 mod tools;
 
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&cli, args),
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Pii(cmd) => pii::run(cmd),
+        Command::Skills(cmd) => skills::run(&cli, cmd),
         Command::Tokens => token_count::run(),
     };
     match outcome {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use crate::args::{Cli, GenerateArgs, ToolsCommand};
 use crate::setup;
 
-fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, ExitCode>> {
+pub(crate) fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, ExitCode>> {
     let loaded = match setup::load_config(cli) {
         Ok(loaded) => loaded,
         Err(e) => {

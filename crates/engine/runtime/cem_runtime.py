@@ -10,6 +10,8 @@ and answers with the seed's fields.
 import ast
 import asyncio
 import builtins
+import importlib.machinery
+import importlib.util
 import itertools
 import select
 import threading
@@ -307,6 +309,109 @@ def detokenize_pii(text, tokens=None):
     return _host("pii", {"op": "detokenize", "text": str(text)}, "detokenize_pii")["text"]
 
 
+# --- skills -------------------------------------------------------------------------
+
+_SKILLS_DIR = os.environ.get("CEM_SKILLS_DIR", "/skills")
+_SKILL_MODULE = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*\Z")
+
+
+def analyze_skill(source):
+    """Parses skill code without running it: whether it compiles (else the line), the
+    upstream tools it names and its public top-level functions."""
+    try:
+        compile(source, "skill.py", "exec", dont_inherit=True)
+        tree = ast.parse(source, "skill.py")
+    except SyntaxError as e:
+        return {"ok": False, "line": e.lineno, "column": e.offset, "message": e.msg,
+                "text": (e.text or "").rstrip("\n")}
+    except (ValueError, RecursionError, MemoryError) as e:
+        return {"ok": False, "line": None, "message": str(e) or type(e).__name__}
+    tools = []
+
+    def add(tool):
+        if "." not in tool and "__" in tool:
+            tool = tool.replace("__", ".", 1)
+        if tool not in tools:
+            tools.append(tool)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if (isinstance(f, ast.Name) and f.id in ("call_tool", "call_tool_async") and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                add(node.args[0].value)
+            elif (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
+                    and isinstance(f.value.value, ast.Name) and f.value.value.id == "tools"):
+                add(f"{f.value.attr}.{f.attr}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("servers."):
+            server = node.module.split(".", 1)[1]
+            for alias in node.names:
+                if alias.name != "*" and "." not in server:
+                    add(f"{server}.{alias.name}")
+    functions = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            prefix = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
+            functions.append(f"{prefix}{node.name}({ast.unparse(node.args)})")
+    return {"ok": True, "tools": tools, "functions": functions}
+
+
+def save_skill(name, code, description):
+    """Saves `code` as the skill `name` (then `from skills.<name> import ...` works in later
+    executions); saving a name again keeps the previous version. Returns its metadata."""
+    if not isinstance(code, str):
+        raise TypeError("code must be a string of Python source")
+    args = {"op": "save", "name": str(name), "code": code, "description": str(description),
+            "analysis": analyze_skill(code)}
+    return _host("skill", args, "save_skill")
+
+
+def load_skill(name, version=None):
+    """The code of skill `name` (its current version, or `version`), for exec(load_skill(name))."""
+    args = {"op": "load", "name": str(name)}
+    if version is not None:
+        args["version"] = int(version)
+    return _host("skill", args, "load_skill")["code"]
+
+
+def list_skills():
+    """The saved skills: name, description, functions, tools, version."""
+    return _host("skill", {"op": "list"}, "list_skills")
+
+
+class _SkillLoader(importlib.machinery.SourceFileLoader):
+    def exec_module(self, module):
+        # A skill sees what executed code sees (call_tool, tools, read_file...).
+        for key, value in _namespace().items():
+            if not key.startswith("__"):
+                module.__dict__.setdefault(key, value)
+        super().exec_module(module)
+
+
+class _SkillFinder:
+    """`import skills.<name>`: the saved skill's code, from the read-only skills directory."""
+
+    @staticmethod
+    def find_spec(fullname, path=None, target=None):
+        if fullname == "skills":
+            spec = importlib.machinery.ModuleSpec("skills", None, is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        parent, _, name = fullname.partition(".")
+        if parent != "skills" or "." in name:
+            return None
+        module = name.replace("-", "_")
+        file = os.path.join(_SKILLS_DIR, module, "skill.py")
+        if not _SKILL_MODULE.match(module) or not os.path.isfile(file):
+            raise ModuleNotFoundError(f"no skill named {name!r}; list_skills() shows the saved ones",
+                                      name=fullname)
+        return importlib.util.spec_from_file_location(fullname, file,
+                                                      loader=_SkillLoader(fullname, file))
+
+
+sys.meta_path.insert(0, _SkillFinder)
+
+
 class _Server:
     def __init__(self, name):
         self._name = name
@@ -340,6 +445,10 @@ _cem_tools.call_tool_async = call_tool_async
 _cem_tools.search_tools = search_tools
 _cem_tools.tokenize_pii = tokenize_pii
 _cem_tools.detokenize_pii = detokenize_pii
+_cem_tools.save_skill = save_skill
+_cem_tools.load_skill = load_skill
+_cem_tools.list_skills = list_skills
+_cem_tools.analyze_skill = analyze_skill
 _cem_tools.ToolError = ToolError
 sys.modules["cem_tools"] = _cem_tools
 # /servers (the generated wrappers) is importable as the package `servers`.
@@ -521,6 +630,9 @@ def _namespace():
         "search_tools": search_tools,
         "tokenize_pii": tokenize_pii,
         "detokenize_pii": detokenize_pii,
+        "save_skill": save_skill,
+        "load_skill": load_skill,
+        "list_skills": list_skills,
         "tools": tools,
         "ToolError": ToolError,
     }

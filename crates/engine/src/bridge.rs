@@ -1,5 +1,5 @@
 //! What sandboxed code may ask of the host during an execution: calling
-//! upstream tools, searching the catalog, and the session's PII vault. The engine only relays; the
+//! upstream tools, searching the catalog, the session's PII vault, and skills. The engine only relays; the
 //! server implements [`Bridge`] with the upstream manager and the catalog.
 
 use std::future::Future;
@@ -25,4 +25,6 @@ pub trait Bridge: Send + Sync {
     /// tokenize_pii / detokenize_pii from code (`{"op", "text"}`), with the
     /// vault of the session the execution belongs to.
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+    /// save_skill / load_skill / list_skills from code (`{"op", ...}`).
+    fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
 }

@@ -176,6 +176,15 @@ impl Interp {
                 .env_clear()
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .current_dir(&launch.workspace);
+            // Without the sandbox's mounts, the runtime finds the skills
+            // where they really are.
+            if let Some((source, _)) = launch
+                .extra_ro
+                .iter()
+                .find(|(_, target)| target.as_os_str() == "/skills")
+            {
+                cmd.env("CEM_SKILLS_DIR", source);
+            }
             (cmd, None)
         } else {
             let cgroup = if launch.use_cgroups {
@@ -341,7 +350,7 @@ impl Interp {
                 }
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
-                    Some(kind @ ("call" | "search" | "pii")) => {
+                    Some(kind @ ("call" | "search" | "pii" | "skill")) => {
                         let kind = kind.to_string();
                         calls.push(relay(&kind, msg, bridge, stats));
                     }
@@ -478,7 +487,7 @@ fn next_id() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The answer line to one "call", "search" or "pii" message from the runtime, as
+/// The answer line to one "call", "search", "pii" or "skill" message from the runtime, as
 /// a future the exchange polls.
 fn relay(
     kind: &str,
@@ -511,10 +520,10 @@ fn relay(
     };
     let arguments = msg.get("arguments").cloned().unwrap_or(Value::Null);
     if !is_call {
-        let asked = if kind == "search" {
-            bridge.search(arguments)
-        } else {
-            bridge.pii(arguments)
+        let asked = match kind {
+            "search" => bridge.search(arguments),
+            "pii" => bridge.pii(arguments),
+            _ => bridge.skill(arguments),
         };
         return Box::pin(async move {
             match asked.await {

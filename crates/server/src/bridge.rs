@@ -52,6 +52,11 @@ impl Bridge for ToolBridge {
         })
     }
 
+    fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
+        let state = self.state.clone();
+        Box::pin(async move { skill(&state, &arguments).await })
+    }
+
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let session = self.session.clone();
         // Detection is CPU work: off the async workers.
@@ -60,6 +65,51 @@ impl Bridge for ToolBridge {
                 .await
                 .unwrap_or_else(|e| Err(format!("the PII task failed: {e}")))
         })
+    }
+}
+
+/// save_skill / load_skill / list_skills from code. The code was parsed
+/// in the caller's sandbox (its analysis comes along); the host checks the
+/// name, description and size itself.
+async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String> {
+    let text = |key: &str| arguments[key].as_str().unwrap_or_default().to_string();
+    let store = state.skills.clone();
+    match arguments["op"].as_str() {
+        Some("save") => {
+            let name = cem_store::SkillName::parse(&text("name")).map_err(|e| e.to_string())?;
+            let analysis =
+                crate::skills::analysis_of(&name, &arguments["analysis"]).map_err(|e| e.0)?;
+            let saved = crate::skills::save(
+                state,
+                name.module(),
+                &text("description"),
+                &text("code"),
+                Some(analysis),
+            )
+            .await
+            .map_err(|e| e.0)?;
+            Ok(json!({
+                "name": saved.meta.name,
+                "version": saved.meta.version,
+                "unchanged": saved.unchanged,
+                "functions": saved.meta.functions,
+                "tools": saved.meta.tools,
+            }))
+        }
+        Some("load") => {
+            let (name, version) = (text("name"), arguments["version"].as_u64());
+            let skill = crate::tools::blocking(move || Ok(store.load(&name, version)?))
+                .await
+                .map_err(|e| e.0)?;
+            Ok(json!({"code": skill.code, "meta": skill.meta}))
+        }
+        Some("list") => {
+            let (skills, _) = crate::tools::blocking(move || Ok(store.list()?))
+                .await
+                .map_err(|e| e.0)?;
+            Ok(json!(skills))
+        }
+        _ => Err("op must be save, load or list".into()),
     }
 }
 

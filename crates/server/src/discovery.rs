@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use cem_catalog::{Catalog, Entry, EntryKind};
+use cem_store::{SkillMeta, SkillStore};
 use cem_upstream::Manager;
 use tokio::sync::RwLock;
 
@@ -20,6 +21,8 @@ pub struct CatalogService {
     /// Where the Python wrappers go (`<dir>/servers/...`), refreshed after
     /// every build so sandboxed code can import what it can call.
     wrappers_dir: Option<std::path::PathBuf>,
+    /// Saved skills, searchable beside the tools (category `skills`).
+    skills: Option<SkillStore>,
     current: RwLock<Option<Arc<Built>>>,
 }
 
@@ -28,11 +31,13 @@ impl CatalogService {
         manager: Arc<Manager>,
         registry: Vec<Entry>,
         wrappers_dir: Option<std::path::PathBuf>,
+        skills: Option<SkillStore>,
     ) -> Self {
         Self {
             manager,
             registry,
             wrappers_dir,
+            skills,
             current: RwLock::new(None),
         }
     }
@@ -107,6 +112,50 @@ impl CatalogService {
         built
     }
 
+    /// Re-reads the skills into the current catalog (after a save or a
+    /// delete), keeping the upstream tools as they are: no server is asked.
+    pub async fn skills_changed(&self) {
+        let mut slot = self.current.write().await;
+        let Some(built) = slot.as_ref() else {
+            return;
+        };
+        let mut entries: Vec<Entry> = built
+            .catalog
+            .entries()
+            .iter()
+            .filter(|e| e.kind != EntryKind::Skill)
+            .cloned()
+            .collect();
+        entries.extend(self.skill_entries().await);
+        let unavailable = built.unavailable.clone();
+        *slot = Some(Arc::new(Built {
+            catalog: Catalog::new(entries),
+            unavailable,
+        }));
+    }
+
+    async fn skill_entries(&self) -> Vec<Entry> {
+        let Some(store) = self.skills.clone() else {
+            return Vec::new();
+        };
+        match tokio::task::spawn_blocking(move || store.list()).await {
+            Ok(Ok((skills, problems))) => {
+                for p in problems {
+                    tracing::warn!(problem = %p, "a skill could not be read");
+                }
+                skills.into_iter().map(skill_entry).collect()
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the skills could not be listed");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the skill task failed");
+                Vec::new()
+            }
+        }
+    }
+
     /// Drops the current catalog; the next use builds a fresh one.
     pub async fn invalidate(&self) {
         *self.current.write().await = None;
@@ -143,6 +192,7 @@ impl CatalogService {
             }
         }
         entries.extend(self.registry.iter().cloned());
+        entries.extend(self.skill_entries().await);
         Built {
             catalog: Catalog::new(entries),
             unavailable,
@@ -170,6 +220,23 @@ fn upstream_entry(server: &str, t: cem_upstream::Tool) -> Entry {
             .as_ref()
             .map(|s| serde_json::Value::Object((**s).clone())),
         keywords: t.title.into_iter().collect(),
+        mcp_server: None,
+    }
+}
+
+/// A skill as a catalog entry: found by its name, description, functions
+/// and the tools it calls.
+pub fn skill_entry(meta: SkillMeta) -> Entry {
+    let mut keywords = meta.functions.clone();
+    keywords.extend(meta.tools.iter().cloned());
+    Entry {
+        kind: EntryKind::Skill,
+        category: "skills".to_string(),
+        name: meta.name,
+        description: meta.description,
+        input_schema: None,
+        output_schema: None,
+        keywords,
         mcp_server: None,
     }
 }

@@ -13,6 +13,7 @@ pub mod discovery;
 mod handler;
 mod http;
 pub mod privacy;
+pub mod skills;
 mod state;
 mod stdio;
 pub mod tools;

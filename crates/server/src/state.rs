@@ -10,7 +10,7 @@ use cem_engine::{Engine, EngineOptions};
 use cem_upstream::Manager;
 
 use crate::discovery::CatalogService;
-use cem_store::{Workspace, WorkspaceError};
+use cem_store::{SkillError, SkillStore, Workspace, WorkspaceError};
 
 use crate::ToolSet;
 use crate::privacy::{MAX_VAULTS, Session, VAULT_BYTES, VAULT_IDLE};
@@ -24,6 +24,8 @@ pub struct AppState {
     pub config_path: Option<PathBuf>,
     pub data_dir: PathBuf,
     pub workspace: Workspace,
+    /// Saved skills (`<data>/skills`, read-only at /skills in the sandbox).
+    pub skills: SkillStore,
     pub tool_set: ToolSet,
     pub started: Instant,
     pub engine: Arc<Engine>,
@@ -50,6 +52,8 @@ pub enum StateError {
     },
     #[error("cannot open the workspace: {0}")]
     Workspace(#[from] WorkspaceError),
+    #[error("cannot open the skill store: {0}")]
+    Skills(#[from] SkillError),
 }
 
 impl AppState {
@@ -99,12 +103,16 @@ impl AppState {
             // Sandboxed code must be able to write what the tools write.
             cem_sandbox::sandbox_owner(),
         )?;
+        let skills = SkillStore::open(&data_dir.join("skills"))?;
         let engine = Engine::new(EngineOptions {
             data_dir: data_dir.to_path_buf(),
             workspace: workspace.root().to_path_buf(),
             sandbox: config.sandbox.clone(),
             exe,
-            extra_ro: vec![(data_dir.join("servers"), "/servers".into())],
+            extra_ro: vec![
+                (data_dir.join("servers"), "/servers".into()),
+                (skills.root().to_path_buf(), "/skills".into()),
+            ],
             no_sandbox: mode.no_sandbox,
         });
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
@@ -130,6 +138,7 @@ impl AppState {
             manager,
             registry,
             Some(data_dir.to_path_buf()),
+            Some(skills.clone()),
         ));
         Ok(Self {
             engine,
@@ -138,6 +147,7 @@ impl AppState {
             config_path,
             data_dir: data_dir.to_path_buf(),
             workspace,
+            skills,
             tool_set,
             started: Instant::now(),
             vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),

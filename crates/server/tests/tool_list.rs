@@ -23,7 +23,7 @@ fn tool_list_snapshot() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The whole tools/list of all thirteen tools must end up at or under 1,500
+/// The whole tools/list of the thirteen tools design.md names must end up at or under 1,500
 /// o200k tokens; each tool gets a proportional share of that budget so the
 /// list cannot drift over it as tools land.
 #[test]

@@ -13,6 +13,7 @@
 
 mod error;
 mod path;
+mod skill_export;
 mod skill_file;
 mod skill_name;
 mod skills;
@@ -20,6 +21,7 @@ mod workspace;
 
 pub use error::{SkillError, WorkspaceError};
 pub use path::validate_relative;
+pub use skill_export::{SkillDir, find_skill_dirs, read_skill_dir};
 pub use skill_file::{Parsed as ParsedSkillFile, SkillMeta, parse as parse_skill_file};
 pub use skill_name::{MAX_NAME, SkillName};
 pub use skills::{

@@ -28,25 +28,6 @@ pub struct SkillMeta {
     pub functions: Vec<String>,
 }
 
-/// The front matter as written: Agent Skills keys, ours under metadata.
-#[derive(Serialize)]
-struct FrontOut<'a> {
-    name: String,
-    description: &'a str,
-    metadata: MetadataOut<'a>,
-}
-
-#[derive(Serialize)]
-struct MetadataOut<'a> {
-    module: String,
-    version: String,
-    created: &'a str,
-    updated: &'a str,
-    code_hash: &'a str,
-    tools: String,
-    functions: String,
-}
-
 /// The front matter as read: any SKILL.md (ours, or one written by hand
 /// for Claude Code) has at least a name and a description.
 #[derive(Deserialize)]
@@ -74,23 +55,27 @@ pub struct Parsed {
 /// The whole SKILL.md for `meta`.
 pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
     let name = SkillName::parse(&meta.name)?;
-    let front = FrontOut {
-        name: name.slug(),
-        description: &meta.description,
-        metadata: MetadataOut {
-            module: format!("skills.{}", name.module()),
-            version: meta.version.to_string(),
-            created: &meta.created,
-            updated: &meta.updated,
-            code_hash: &meta.code_hash,
-            tools: meta.tools.join(" "),
-            functions: meta.functions.join("; "),
-        },
-    };
-    let yaml = yaml_serde::to_string(&front).map_err(|e| SkillError::Format {
-        name: meta.name.clone(),
-        reason: e.to_string(),
-    })?;
+    // Every value is written as a double-quoted scalar (JSON's quoting is
+    // valid YAML), so no reader takes a date, a version or "no" for
+    // anything but a string, as the format's metadata wants.
+    let quoted = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    let metadata = [
+        ("module", format!("skills.{}", name.module())),
+        ("version", meta.version.to_string()),
+        ("created", meta.created.clone()),
+        ("updated", meta.updated.clone()),
+        ("code_hash", meta.code_hash.clone()),
+        ("tools", meta.tools.join(" ")),
+        ("functions", meta.functions.join("; ")),
+    ];
+    let mut yaml = format!(
+        "name: {}\ndescription: {}\nmetadata:\n",
+        quoted(&name.slug()),
+        quoted(&meta.description)
+    );
+    for (key, value) in metadata {
+        yaml.push_str(&format!("  {key}: {}\n", quoted(&value)));
+    }
     let module = name.module();
     let mut body = format!("---\n{yaml}---\n\n# {module}\n\n{}\n\n", meta.description);
     body.push_str(&format!(
@@ -98,7 +83,11 @@ pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
     ));
     match meta.functions.first() {
         Some(f) => {
-            let function = f.split('(').next().unwrap_or(f);
+            let function = f
+                .trim_start_matches("async ")
+                .split('(')
+                .next()
+                .unwrap_or(f);
             body.push_str(&format!("from skills.{module} import {function}\n"));
         }
         None => body.push_str(&format!("import skills.{module}\n")),
@@ -189,7 +178,7 @@ mod tests {
     #[test]
     fn round_trips_through_yaml() -> Result<(), SkillError> {
         let text = render(&meta(), "skill.py")?;
-        assert!(text.starts_with("---\nname: top-authors\n"), "{text}");
+        assert!(text.starts_with("---\nname: \"top-authors\"\n"), "{text}");
         assert!(text.contains("from skills.top_authors import top_authors"));
         let parsed = parse(&text, "test")?;
         assert_eq!(parsed.name.module(), "top_authors");

@@ -462,7 +462,7 @@ mod tests {
         assert_eq!(listed[0].tools, a.tools);
         // The directory is the Agent Skills layout.
         let md = std::fs::read_to_string(tmp.path().join("my_skill/SKILL.md"))?;
-        assert!(md.starts_with("---\nname: my-skill\n"));
+        assert!(md.starts_with("---\nname: \"my-skill\"\n"), "{md}");
         assert_eq!(store.delete("my-skill")?, 2);
         assert!(matches!(
             store.load("my_skill", None),

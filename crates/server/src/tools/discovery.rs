@@ -46,7 +46,7 @@ pub const DEFINITION: ToolDef = ToolDef {
 
 pub const CATEGORIES: ToolDef = ToolDef {
     name: "list_tool_categories",
-    description: "List the upstream servers (tool count, state, errors) and registry categories.",
+    description: "List the upstream servers (tool count, state, errors), registry categories and skills.",
     schema: || json!({"type": "object", "properties": {}}),
     minimal: false,
 };
@@ -194,6 +194,20 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
             }),
         );
     }
+    if entry.kind == EntryKind::Skill
+        && let Some(obj) = answer.as_object_mut()
+    {
+        let store = state.skills.clone();
+        let name = entry.name.clone();
+        let skill = super::blocking(move || Ok(store.load(&name, None)?)).await?;
+        let mut python = crate::skills::usage(&skill.meta.name, &skill.meta.functions);
+        if let Some(p) = python.as_object_mut() {
+            p.insert("functions".into(), json!(skill.meta.functions));
+        }
+        obj.insert("python".into(), python);
+        obj.insert("tools".into(), json!(skill.meta.tools));
+        obj.insert("version".into(), json!(skill.meta.version));
+    }
     let mut out = success(json!({}));
     if let (Some(o), Value::Object(fields)) = (out.as_object_mut(), answer) {
         o.extend(fields);
@@ -205,7 +219,12 @@ pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&[])?;
     let built = state.catalog.get().await;
     let mut counts: BTreeMap<(String, bool), usize> = BTreeMap::new();
+    let mut skills = 0;
     for e in built.catalog.entries() {
+        if e.kind == EntryKind::Skill {
+            skills += 1;
+            continue;
+        }
         *counts
             .entry((e.category.clone(), e.kind == EntryKind::Registry))
             .or_default() += 1;
@@ -252,5 +271,7 @@ pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
             out.push(json!({"name": name, "kind": "registry", "tools": count}));
         }
     }
+    // Saved skills, always listed so an agent learns the category exists.
+    out.push(json!({"name": "skills", "kind": "skills", "tools": skills}));
     Ok(success(json!({"count": out.len(), "categories": out})))
 }

@@ -8,6 +8,7 @@ mod args;
 mod discovery;
 mod execute;
 mod pii;
+mod skills;
 mod stats;
 mod workspace;
 
@@ -53,6 +54,10 @@ pub const TOOLS: &[ToolDef] = &[
     stats::STATS,
     pii::SANITIZE,
     pii::RESTORE,
+    skills::SAVE,
+    skills::LOAD,
+    skills::LIST,
+    skills::DELETE,
 ];
 
 /// The tools listed for `set`.
@@ -106,6 +111,10 @@ pub async fn call(
         "get_execution_stats" => stats::stats(state, args).await,
         "sanitize_pii" => pii::sanitize(state, args, session),
         "restore_pii" => pii::restore(args, session),
+        "save_skill" => skills::save(state, args).await,
+        "load_skill" => skills::load(state, args, session).await,
+        "list_skills" => skills::list(state, args).await,
+        "delete_skill" => skills::delete(state, args).await,
         _ => return None,
     }))
 }

@@ -9,7 +9,7 @@ use crate::AppState;
 
 pub const STATS: ToolDef = ToolDef {
     name: "get_execution_stats",
-    description: "Server status: workspace usage, limits, sandbox layers, upstream servers, PII mode.",
+    description: "Server status: workspace usage, skills, limits, sandbox layers, upstream servers, PII mode.",
     schema: || json!({"type": "object", "properties": {}}),
     minimal: false,
 };
@@ -18,6 +18,8 @@ pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&[])?;
     let st = state.clone();
     let usage = blocking(move || Ok(st.workspace.usage()?)).await?;
+    let store = state.skills.clone();
+    let skills = blocking(move || Ok(store.list()?.0.len())).await?;
     let config = &state.config;
     let upstreams: Vec<_> = config
         .servers
@@ -43,6 +45,10 @@ pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
             "files": usage.files,
             "bytes": usage.bytes,
             "max_file_bytes": state.workspace.max_file_bytes(),
+        },
+        "skills": {
+            "path": state.skills.root().display().to_string(),
+            "count": skills,
         },
         "limits": {
             "timeout_seconds": config.sandbox.timeout_seconds,

@@ -1,0 +1,161 @@
+//! save_skill, load_skill, list_skills, delete_skill.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{Args, ToolDef, ToolResult, blocking, success};
+use crate::AppState;
+use crate::privacy::{self, Session};
+use crate::skills::usage;
+
+pub const SAVE: ToolDef = ToolDef {
+    name: "save_skill",
+    description: "Save working Python as a reusable skill (importable as skills.<name>; saving a name again keeps the old version).",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "lowercase_identifier"},
+                "code": {"type": "string"},
+                "description": {"type": "string", "description": "What it does and when to use it"}
+            },
+            "required": ["name", "code", "description"]
+        })
+    },
+    minimal: false,
+};
+
+pub const LOAD: ToolDef = ToolDef {
+    name: "load_skill",
+    description: "A skill's code and metadata.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "version": {"type": "integer", "description": "Default: current"}
+            },
+            "required": ["name"]
+        })
+    },
+    minimal: false,
+};
+
+pub const LIST: ToolDef = ToolDef {
+    name: "list_skills",
+    description: "Saved skills: name, description, functions, version.",
+    schema: || json!({"type": "object", "properties": {}}),
+    minimal: false,
+};
+
+pub const DELETE: ToolDef = ToolDef {
+    name: "delete_skill",
+    description: "Delete a skill and all its versions.",
+    schema: || {
+        json!({
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"]
+        })
+    },
+    minimal: false,
+};
+
+pub async fn save(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["name", "code", "description"])?;
+    let name = args.string("name")?;
+    let code = args.string("code")?;
+    let description = args.string("description")?;
+    let saved = crate::skills::save(state, &name, &description, &code, None).await?;
+    let meta = &saved.meta;
+    let message = if saved.unchanged {
+        format!(
+            "skill '{}' is unchanged (version {})",
+            meta.name, meta.version
+        )
+    } else {
+        format!("saved skill '{}' version {}", meta.name, meta.version)
+    };
+    Ok(success(json!({
+        "message": message,
+        "name": meta.name,
+        "version": meta.version,
+        "unchanged": saved.unchanged,
+        "functions": meta.functions,
+        "tools": meta.tools,
+        "use": usage(&meta.name, &meta.functions),
+    })))
+}
+
+pub async fn load(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
+    args.only(&["name", "version"])?;
+    let name = args.string("name")?;
+    let version = args.opt_u64("version")?;
+    let store = state.skills.clone();
+    let (skill, versions) = blocking(move || {
+        let skill = store.load(&name, version)?;
+        let versions = store.versions(&name)?;
+        Ok((skill, versions))
+    })
+    .await?;
+    let use_ = usage(&skill.meta.name, &skill.meta.functions);
+    let mut body = serde_json::to_value(&skill).unwrap_or(Value::Null);
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("versions".into(), json!(versions));
+        obj.insert("use".into(), use_);
+    }
+    // A skill saved from code may hold real values: the model sees tokens.
+    if privacy::automatic(&state.config.pii) {
+        let mut counts = std::collections::BTreeMap::new();
+        let mut vault = session.vault();
+        if let Some(obj) = body.as_object_mut() {
+            for field in ["code", "description"] {
+                if let Some(v) = obj.get_mut(field) {
+                    privacy::tokenize_value(&mut vault, v, &state.config.pii.types, &mut counts);
+                }
+            }
+            if !counts.is_empty() {
+                obj.insert("pii".into(), privacy::summary(&counts));
+            }
+        }
+    }
+    Ok(success(body))
+}
+
+pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&[])?;
+    let store = state.skills.clone();
+    let (skills, problems) = blocking(move || Ok(store.list()?)).await?;
+    let listed: Vec<Value> = skills
+        .iter()
+        .map(|m| {
+            json!({
+                "name": m.name,
+                "description": m.description,
+                "functions": m.functions,
+                "tools": m.tools,
+                "version": m.version,
+                "updated": m.updated,
+            })
+        })
+        .collect();
+    let mut answer = success(json!({"count": listed.len(), "skills": listed}));
+    if !problems.is_empty()
+        && let Some(obj) = answer.as_object_mut()
+    {
+        obj.insert("unreadable".into(), json!(problems));
+    }
+    Ok(answer)
+}
+
+pub async fn delete(state: &Arc<AppState>, args: Args) -> ToolResult {
+    args.only(&["name"])?;
+    let name = args.string("name")?;
+    let versions = crate::skills::delete(state, &name).await?;
+    Ok(success(json!({
+        "message": format!("deleted skill '{name}' ({versions} version(s))"),
+        "name": name,
+        "versions": versions,
+    })))
+}
