@@ -81,21 +81,28 @@ impl SkillStore {
         self.root.join(name.module())
     }
 
-    fn lock(&self, name: &SkillName, exclusive: bool) -> Result<File, SkillError> {
+    /// Takes the skill's advisory lock. Readers do not create the lock file:
+    /// a name that was never saved leaves nothing behind (None: no lock
+    /// file, so no save has ever run or is running through this store).
+    fn lock(&self, name: &SkillName, exclusive: bool) -> Result<Option<File>, SkillError> {
         let path = self.root.join(".locks").join(name.module());
-        let file = File::options()
-            .create(true)
+        let opened = File::options()
+            .create(exclusive)
             .truncate(false)
             .write(true)
-            .open(&path)
-            .map_err(|e| io(&path, e))?;
+            .open(&path);
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) if !exclusive && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&path, e)),
+        };
         let locked = if exclusive {
             file.lock()
         } else {
             file.lock_shared()
         };
         locked.map_err(|e| io(&path, e))?;
-        Ok(file)
+        Ok(Some(file))
     }
 
     /// Saves `code` as the skill `name`. A name saved before keeps its
@@ -469,6 +476,9 @@ mod tests {
             Err(SkillError::NotFound { .. })
         ));
         assert!(store.list()?.0.is_empty());
+        // Asking for a name never saved leaves nothing behind.
+        assert!(store.load("never_saved", None).is_err());
+        assert!(!tmp.path().join(".locks/never_saved").exists());
         Ok(())
     }
 
