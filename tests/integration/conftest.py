@@ -26,6 +26,12 @@ def pytest_configure(config):
         raise pytest.UsageError(f"{BIN} is missing; run `cargo build` or scripts/test")
 
 
+# Every tool tools/list shows, in order (the full set).
+ALL_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file",
+             "read_workspace_file", "list_workspace_files", "get_execution_stats", "sanitize_pii", "restore_pii",
+             "save_skill", "load_skill", "list_skills", "delete_skill"]
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, CLIENTS, JS, SDK1_PYTHON, HttpServer
+from conftest import ALL_TOOLS, BIN, CLIENTS, JS, SDK1_PYTHON, HttpServer
 
-EXPECTED_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats", "sanitize_pii", "restore_pii"]
 NODE_ENV = {**os.environ, "NO_COLOR": "1"}
 
 
@@ -23,7 +22,7 @@ def run_json(cmd: list[str], env: dict | None = None, cwd: Path | None = None, e
 
 
 def check_client_result(result: dict, prefix: str) -> None:
-    assert result["tools"] == EXPECTED_TOOLS
+    assert result["tools"] == ALL_TOOLS
     assert result["written"]["success"] is True
     assert result["read"]["content"].startswith("from ")
     assert result["bad"]["isError"] is True
@@ -72,7 +71,7 @@ def inspector(*args: str, home: Path, expect_code: int = 0) -> dict:
 def test_inspector_cli_stdio(data_dir: Path, tmp_path: Path):
     listed = inspector("--method", "tools/list", "--strict", "--",
                        str(BIN), "--data-dir", str(data_dir), "--log-level", "warn", "serve", home=tmp_path)
-    assert [t["name"] for t in listed["tools"]] == EXPECTED_TOOLS
+    assert [t["name"] for t in listed["tools"]] == ALL_TOOLS
     written = inspector("--method", "tools/call", "--tool-name", "write_workspace_file",
                         "--tool-arg", "filename=inspector.txt", "content=hello inspector", "--",
                         str(BIN), "--data-dir", str(data_dir), "--log-level", "warn", "serve", home=tmp_path)

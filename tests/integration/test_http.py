@@ -10,7 +10,7 @@ import httpx2 as httpx  # the HTTP client mcp 2.x is built on
 import pytest
 from mcp import Client
 
-from conftest import HttpServer, run_cli, start_http
+from conftest import ALL_TOOLS, HttpServer, run_cli, start_http
 
 pytestmark = pytest.mark.anyio
 
@@ -116,7 +116,7 @@ async def test_token_accepted(authed_server: HttpServer):
         from mcp.client.streamable_http import streamable_http_client
         async with Client(streamable_http_client(authed_server.url, http_client=http)) as client:
             tools = await client.list_tools()
-            assert len(tools.tools) == 10
+            assert [t.name for t in tools.tools] == ALL_TOOLS
 
 
 def test_token_from_environment(data_dir: Path):
@@ -151,7 +151,7 @@ def test_sessions_are_separate(http_server: HttpServer):
     assert d.status_code < 300
     assert list_tools(a).status_code == 404
     r = list_tools(b)
-    assert r.status_code == 200 and len(sse_json(r.text)[0]["result"]["tools"]) == 10
+    assert r.status_code == 200 and [t["name"] for t in sse_json(r.text)[0]["result"]["tools"]] == ALL_TOOLS
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

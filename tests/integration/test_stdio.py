@@ -12,11 +12,10 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from conftest import BIN, stdio_params
+from conftest import ALL_TOOLS, BIN, stdio_params
 
 pytestmark = pytest.mark.anyio
 
-WORKSPACE_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_categories", "write_workspace_file", "read_workspace_file", "list_workspace_files", "get_execution_stats", "sanitize_pii", "restore_pii"]
 
 
 @pytest.fixture
@@ -28,7 +27,7 @@ async def test_discover_flow_lists_tools(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         assert client.protocol_version == "2026-07-28"
         tools = await client.list_tools()
-        assert [t.name for t in tools.tools] == WORKSPACE_TOOLS
+        assert [t.name for t in tools.tools] == ALL_TOOLS
         for tool in tools.tools:
             # Short and exact; the whole list is budgeted in crates/server/tests/tool_list.rs.
             assert tool.description and len(tool.description) < 400
@@ -50,7 +49,7 @@ def test_initialize_negotiates_the_clients_version(data_dir: Path, version: str)
     # Every stdout line is a protocol message; logs went to stderr.
     replies = [json.loads(line) for line in out.stdout.splitlines()]
     assert replies[0]["result"]["protocolVersion"] == version
-    assert [t["name"] for t in replies[1]["result"]["tools"]] == WORKSPACE_TOOLS
+    assert [t["name"] for t in replies[1]["result"]["tools"]] == ALL_TOOLS
     assert "INFO" in out.stderr and "INFO" not in out.stdout
 
 
@@ -180,7 +179,7 @@ async def test_legacy_initialize_mode(data_dir: Path):
     async with Client(stdio_params(data_dir), mode="legacy") as client:
         assert client.protocol_version == "2025-11-25"
         tools = await client.list_tools()
-        assert len(tools.tools) == len(WORKSPACE_TOOLS)
+        assert len(tools.tools) == len(ALL_TOOLS)
 
 
 async def test_minimal_tool_set(data_dir: Path):
