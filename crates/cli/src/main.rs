@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     {
         cem_sandbox::launcher_main();
     }
+    quiet_broken_pipe();
     let cli = Cli::parse();
     logging::init(&cli.log_level);
     let outcome = match &cli.command {
@@ -49,4 +50,25 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `code-execution-mcp exec ... | head` must end quietly when the reader
+/// goes away. Rust ignores SIGPIPE (restoring it would also kill the server
+/// on a closed socket or a dead sandbox's pipe), so `println!` panics on a
+/// closed stdout instead; that one panic becomes the exit status a shell
+/// expects (128 + SIGPIPE), any other keeps the default report.
+fn quiet_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
