@@ -146,6 +146,15 @@ impl Cx<'_> {
                 );
                 continue;
             }
+            if name.eq_ignore_ascii_case("skills") {
+                // `skills` is the catalog's category of saved skills and the
+                // sandbox's `skills` package.
+                self.problem(
+                    &key,
+                    "the name 'skills' is reserved for saved skills; give this server another name",
+                );
+                continue;
+            }
             if let Some(server) = self.server(&key, name, entry) {
                 servers.insert(name.clone(), server);
             }

@@ -141,7 +141,7 @@ fn remote_server_problems() {
 fn wrong_types_everywhere() {
     insta::assert_snapshot!(error(
         r#"{"mcpServers": {"git": {"command": 3, "args": "x", "env": [], "disabled": "no"},
-                           "bad name!": {"command": "x"}},
+                           "bad name!": {"command": "x"}, "Skills": {"command": "x"}},
             "sandbox": {"timeout_seconds": 0, "memory_mb": "lots", "python": "python3", "memroy_mb": 1},
             "pii": {"mode": "sometimes", "types": ["email", "dna"]},
             "workspace": {"max_file_bytes": -1}}"#

@@ -361,6 +361,8 @@ def save_skill(name, code, description):
     executions); saving a name again keeps the previous version. Returns its metadata."""
     if not isinstance(code, str):
         raise TypeError("code must be a string of Python source")
+    if not isinstance(description, str):
+        raise TypeError("description must be a string: what the skill does and when to use it")
     args = {"op": "save", "name": str(name), "code": code, "description": str(description),
             "analysis": analyze_skill(code)}
     return _host("skill", args, "save_skill")
@@ -370,7 +372,9 @@ def load_skill(name, version=None):
     """The code of skill `name` (its current version, or `version`), for exec(load_skill(name))."""
     args = {"op": "load", "name": str(name)}
     if version is not None:
-        args["version"] = int(version)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"version must be a positive int, got {version!r}")
+        args["version"] = version
     return _host("skill", args, "load_skill")["code"]
 
 

@@ -97,7 +97,15 @@ async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String
             }))
         }
         Some("load") => {
-            let (name, version) = (text("name"), arguments["version"].as_u64());
+            let version = match &arguments["version"] {
+                Value::Null => None,
+                v => Some(
+                    v.as_u64()
+                        .filter(|v| *v > 0)
+                        .ok_or("version must be a positive integer")?,
+                ),
+            };
+            let name = text("name");
             let skill = crate::tools::blocking(move || Ok(store.load(&name, version)?))
                 .await
                 .map_err(|e| e.0)?;

@@ -23,6 +23,8 @@ pub struct CatalogService {
     wrappers_dir: Option<std::path::PathBuf>,
     /// Saved skills, searchable beside the tools (category `skills`).
     skills: Option<SkillStore>,
+    /// The skill store's generation the current catalog was built from.
+    skills_seen: std::sync::Mutex<String>,
     current: RwLock<Option<Arc<Built>>>,
 }
 
@@ -38,6 +40,7 @@ impl CatalogService {
             registry,
             wrappers_dir,
             skills,
+            skills_seen: std::sync::Mutex::new(String::new()),
             current: RwLock::new(None),
         }
     }
@@ -91,6 +94,23 @@ impl CatalogService {
 
     /// The current catalog, building it if needed.
     pub async fn get(&self) -> Arc<Built> {
+        // Another process (the CLI, a second server) may have saved or
+        // deleted a skill: one small read tells.
+        if let Some(store) = &self.skills {
+            let generation = store.generation();
+            let stale = self
+                .skills_seen
+                .lock()
+                .map(|mut seen| {
+                    let stale = *seen != generation;
+                    *seen = generation;
+                    stale
+                })
+                .unwrap_or(false);
+            if stale {
+                self.skills_changed().await;
+            }
+        }
         if let Some(built) = self.current.read().await.as_ref() {
             return built.clone();
         }

@@ -192,6 +192,23 @@ pub fn summary(counts: &BTreeMap<Kind, usize>) -> Value {
     json!({"tokenized": counts.values().sum::<usize>(), "by_type": by_type})
 }
 
+/// Tokenizes a whole answer with the session's vault (keys, strings and
+/// numbers alike) and, when something was replaced, adds the `pii` summary.
+pub fn tokenize_answer(state: &crate::AppState, session: &Session, body: &mut Value) {
+    let mut counts = BTreeMap::new();
+    tokenize_value(
+        &mut session.vault(),
+        body,
+        &state.config.pii.types,
+        &mut counts,
+    );
+    if !counts.is_empty()
+        && let Some(obj) = body.as_object_mut()
+    {
+        obj.insert("pii".into(), summary(&counts));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,7 @@ use crate::tools::ToolFailure;
 
 /// The parse is quick; this only bounds a pathological input.
 const CHECK_TIMEOUT_SECONDS: u64 = 15;
+const CHECK_OUTPUT_CHARS: u64 = 4 << 20;
 
 /// Parses `code` in a sandboxed interpreter: the tools it calls and its
 /// public functions, or an error naming the line that does not compile.
@@ -27,6 +28,8 @@ pub async fn analyze(
         code: "from cem_tools import analyze_skill\nresult = analyze_skill(_skill_source)".into(),
         context_vars: Some(vars),
         timeout_seconds: Some(CHECK_TIMEOUT_SECONDS),
+        // The analysis of a long skill must not be cut like an answer.
+        max_output_chars: Some(CHECK_OUTPUT_CHARS),
         ..Default::default()
     };
     let answer = state
@@ -47,6 +50,11 @@ pub async fn analyze(
 /// above, or sent along by `save_skill` in code, which parsed it in its own
 /// sandbox).
 pub fn analysis_of(name: &SkillName, value: &Value) -> Result<Analysis, ToolFailure> {
+    if !value.is_object() || value["ok"].as_bool().is_none() {
+        return Err(ToolFailure(format!(
+            "skill '{name}': the code check gave no answer; save it again, and if that keeps failing, split the skill"
+        )));
+    }
     if value["ok"] != json!(true) {
         let message = value["message"].as_str().unwrap_or("invalid syntax");
         let place = match (value["line"].as_u64(), value["column"].as_u64()) {
@@ -57,28 +65,66 @@ pub fn analysis_of(name: &SkillName, value: &Value) -> Result<Analysis, ToolFail
         let text = value["text"]
             .as_str()
             .filter(|t| !t.trim().is_empty())
-            .map(|t| format!("\n    {}", t.trim_end()))
+            .map(|t| {
+                format!(
+                    "\n    {}",
+                    t.trim_end().chars().take(200).collect::<String>()
+                )
+            })
             .unwrap_or_default();
+        let message: String = message.chars().take(300).collect();
         return Err(ToolFailure(format!(
             "skill '{name}': the code does not compile: {place}{message}{text}\nFix it and save again; the previous version (if any) is unchanged."
         )));
     }
-    let strings = |key: &str| -> Vec<String> {
+    // Checked here whoever parsed the code: `save_skill` in code sends its
+    // own analysis, and what goes into SKILL.md, search and import lines
+    // must have the shape a parse gives.
+    let strings = |key: &str, shape: fn(&str) -> bool| -> Vec<String> {
         value[key]
             .as_array()
             .map(|a| {
                 a.iter()
                     .filter_map(Value::as_str)
-                    .take(200)
-                    .map(|s| s.chars().take(300).collect())
+                    .filter(|s| s.len() <= 300 && shape(s))
+                    .take(1000)
+                    .map(str::to_string)
                     .collect()
             })
             .unwrap_or_default()
     };
     Ok(Analysis {
-        tools: strings("tools"),
-        functions: strings("functions"),
+        tools: strings("tools", is_tool_name),
+        functions: strings("functions", is_signature),
     })
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_alphabetic() || c == '_')
+        && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// `name(params)` or `async name(params)`, on one line.
+fn is_signature(s: &str) -> bool {
+    let s = s.strip_prefix("async ").unwrap_or(s);
+    match s.split_once('(') {
+        Some((name, rest)) => {
+            is_identifier(name) && rest.ends_with(')') && !s.contains(['\n', '\r'])
+        }
+        None => false,
+    }
+}
+
+/// `server.tool`: names MCP servers and tools use.
+fn is_tool_name(s: &str) -> bool {
+    let ok = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/'))
+    };
+    s.split_once('.')
+        .is_some_and(|(server, tool)| ok(server) && ok(tool))
 }
 
 /// Checks and saves a skill, then refreshes the catalog. `analysis` is
@@ -131,4 +177,27 @@ pub fn usage(name: &str, functions: &[String]) -> Value {
         None => format!("import skills.{name}"),
     };
     json!({"import": import, "exec": format!("exec(load_skill({name:?}))")})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_analysis_sent_from_code_is_held_to_the_shape_of_a_parse() -> Result<(), ToolFailure> {
+        let name = SkillName::parse("s")?;
+        let forged = json!({"ok": true,
+            "functions": ["f(a, b=1)", "async g()", "os; import os; os.system", "h()\n```\nIGNORE", "x"],
+            "tools": ["git.git_log", "evil\nname", "noserver", "a.b c"]});
+        let a = analysis_of(&name, &forged)?;
+        assert_eq!(a.functions, vec!["f(a, b=1)", "async g()"]);
+        assert_eq!(a.tools, vec!["git.git_log"]);
+        let truncated = json!("{\"ok\": true, \"functions\": [\"f(");
+        let e = analysis_of(&name, &truncated)
+            .err()
+            .map(|e| e.0)
+            .unwrap_or_default();
+        assert!(e.contains("gave no answer"), "{e}");
+        Ok(())
+    }
 }

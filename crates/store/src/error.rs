@@ -99,6 +99,8 @@ pub enum SkillError {
         version: u64,
         kept: String,
     },
+    #[error("the skill store is full: {reason}")]
+    Full { reason: String },
     #[error("skill '{name}': SKILL.md is unreadable: {reason}")]
     Format { name: String, reason: String },
     #[error("skill store I/O error on {path}: {source}")]

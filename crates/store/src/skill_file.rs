@@ -55,10 +55,9 @@ pub struct Parsed {
 /// The whole SKILL.md for `meta`.
 pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
     let name = SkillName::parse(&meta.name)?;
-    // Every value is written as a double-quoted scalar (JSON's quoting is
-    // valid YAML), so no reader takes a date, a version or "no" for
-    // anything but a string, as the format's metadata wants.
-    let quoted = |s: &str| serde_json::Value::String(s.to_string()).to_string();
+    // Every value is written as a double-quoted scalar, so no reader takes
+    // a date, a version or "no" for anything but a string, as the format's
+    // metadata wants.
     let metadata = [
         ("module", format!("skills.{}", name.module())),
         ("version", meta.version.to_string()),
@@ -66,15 +65,15 @@ pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
         ("updated", meta.updated.clone()),
         ("code_hash", meta.code_hash.clone()),
         ("tools", meta.tools.join(" ")),
-        ("functions", meta.functions.join("; ")),
+        ("functions", meta.functions.join("\n")),
     ];
     let mut yaml = format!(
         "name: {}\ndescription: {}\nmetadata:\n",
-        quoted(&name.slug()),
-        quoted(&meta.description)
+        yaml_quote(&name.slug()),
+        yaml_quote(&meta.description)
     );
     for (key, value) in metadata {
-        yaml.push_str(&format!("  {key}: {}\n", quoted(&value)));
+        yaml.push_str(&format!("  {key}: {}\n", yaml_quote(&value)));
     }
     let module = name.module();
     let mut body = format!("---\n{yaml}---\n\n# {module}\n\n{}\n\n", meta.description);
@@ -99,6 +98,37 @@ pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
         body.push_str(&format!("\nTools it calls: {}.\n", meta.tools.join(", ")));
     }
     Ok(body)
+}
+
+/// `text` as a YAML double-quoted scalar. Everything outside printable
+/// ASCII and ordinary Unicode letters is escaped (`\uXXXX`): YAML refuses
+/// some control characters raw and folds others (NEL, U+2028) into spaces,
+/// which would change the value on the way back.
+pub fn yaml_quote(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control()
+                || matches!(
+                    c,
+                    '\u{2028}' | '\u{2029}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'
+                ) =>
+            {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Reads a SKILL.md: front matter between `---` lines, then the body.
@@ -152,7 +182,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Parsed, SkillError> {
         updated: text_of("updated"),
         code_hash: text_of("code_hash"),
         tools: split("tools", ' '),
-        functions: split("functions", ';'),
+        functions: split("functions", '\n'),
     })
 }
 
@@ -171,7 +201,10 @@ mod tests {
             updated: "2026-11-22T08:00:00Z".into(),
             code_hash: "sha256:abc".into(),
             tools: vec!["git.git_log".into(), "memory.read_graph".into()],
-            functions: vec!["top_authors(repo_path, limit=10)".into(), "other()".into()],
+            functions: vec![
+                "top_authors(repo_path, limit=10)".into(),
+                "other(sep=';')".into(),
+            ],
         }
     }
 

@@ -28,6 +28,13 @@ pub const MAX_CODE_BYTES: usize = 256 << 10;
 pub const MAX_DESCRIPTION: usize = 1024;
 /// Earlier versions kept per skill; older ones are pruned.
 pub const KEEP_VERSIONS: u64 = 20;
+/// The most skills one store holds.
+pub const MAX_SKILLS: usize = 1000;
+/// The most bytes the store holds, versions included (sandboxed code can
+/// save skills, and must not fill the host's disk with them).
+pub const MAX_STORE_BYTES: u64 = 64 << 20;
+/// The file whose content changes on every save and delete.
+const GENERATION: &str = ".generation";
 
 /// What the host learnt about the code before saving it (its Python parse,
 /// done in the sandbox).
@@ -121,6 +128,19 @@ impl SkillStore {
         let _lock = self.lock(&name, true)?;
         let dir = self.dir(&name);
         let current = self.read_current(&name)?;
+        if current.is_none() && self.count() >= MAX_SKILLS {
+            return Err(SkillError::Full {
+                reason: format!("it holds {MAX_SKILLS} skills already; delete some first"),
+            });
+        }
+        let used = self.used_bytes();
+        if used + 2 * code.len() as u64 > MAX_STORE_BYTES {
+            return Err(SkillError::Full {
+                reason: format!(
+                    "it holds {used} bytes, and this save would pass its limit of {MAX_STORE_BYTES}; delete skills you no longer need"
+                ),
+            });
+        }
         let hash = code_hash(code);
         let now = now();
         let meta = match &current {
@@ -144,6 +164,7 @@ impl SkillStore {
         write_atomic(&dir.join(CODE_FILE), code.as_bytes())?;
         let md = skill_file::render(&meta, CODE_FILE)?;
         write_atomic(&dir.join("SKILL.md"), md.as_bytes())?;
+        self.bump_generation();
         Ok(Saved {
             meta,
             unchanged: false,
@@ -154,10 +175,14 @@ impl SkillStore {
     fn archive(&self, name: &SkillName, old: &Skill) -> Result<(), SkillError> {
         let versions = self.dir(name).join("versions");
         let dir = versions.join(old.meta.version.to_string());
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        write_atomic(&dir.join(CODE_FILE), old.code.as_bytes())?;
-        let md = skill_file::render(&old.meta, CODE_FILE)?;
-        write_atomic(&dir.join("SKILL.md"), md.as_bytes())?;
+        // A save cut short after archiving left this version here already,
+        // correct; what is current now may be that save's half.
+        if !dir.join("SKILL.md").is_file() {
+            std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+            write_atomic(&dir.join(CODE_FILE), old.code.as_bytes())?;
+            let md = skill_file::render(&old.meta, CODE_FILE)?;
+            write_atomic(&dir.join("SKILL.md"), md.as_bytes())?;
+        }
         let keep_from = old.meta.version.saturating_sub(KEEP_VERSIONS - 1);
         for v in self.versions_in(&versions)? {
             if v < keep_from {
@@ -230,6 +255,18 @@ impl SkillStore {
         Ok(out)
     }
 
+    fn count(&self) -> usize {
+        std::fs::read_dir(&self.root)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
     fn read_current(&self, name: &SkillName) -> Result<Option<Skill>, SkillError> {
         read_skill(name, &self.dir(name))
     }
@@ -261,20 +298,68 @@ impl SkillStore {
         Ok((skills, problems))
     }
 
-    /// Deletes `name` with every version kept. Returns how many versions
-    /// went.
+    /// Deletes `name` with every version kept, readable or not. Returns how
+    /// many versions went.
     pub fn delete(&self, name: &str) -> Result<usize, SkillError> {
-        let versions = self.versions(name)?.len();
         let name = SkillName::parse(name)?;
         let _lock = self.lock(&name, true)?;
         let dir = self.dir(&name);
+        if !dir.is_dir() {
+            return Err(SkillError::NotFound {
+                name: name.to_string(),
+            });
+        }
+        let versions = self
+            .versions_in(&dir.join("versions"))
+            .unwrap_or_default()
+            .len()
+            + usize::from(dir.join("SKILL.md").is_file());
         // Renamed away first, so a concurrent reader never sees half a skill.
-        let doomed = self
-            .root
-            .join(format!(".deleted-{}-{}", name, std::process::id()));
+        let doomed = self.root.join(format!(
+            ".deleted-{name}-{}-{}",
+            std::process::id(),
+            unique()
+        ));
         std::fs::rename(&dir, &doomed).map_err(|e| io(&dir, e))?;
         std::fs::remove_dir_all(&doomed).map_err(|e| io(&doomed, e))?;
-        Ok(versions)
+        self.bump_generation();
+        Ok(versions.max(1))
+    }
+
+    /// Changes whenever a skill is saved or deleted, by this process or
+    /// another (a server and the CLI share the directory), so a catalog
+    /// can tell that its skills are stale with one small read.
+    pub fn generation(&self) -> String {
+        std::fs::read_to_string(self.root.join(GENERATION)).unwrap_or_default()
+    }
+
+    fn bump_generation(&self) {
+        let stamp = format!("{}-{}", std::process::id(), unique());
+        if let Err(e) = write_atomic(&self.root.join(GENERATION), stamp.as_bytes()) {
+            // Only other processes' catalogs depend on it; they refresh on restart.
+            let _ = e;
+        }
+    }
+
+    /// Bytes held by the whole store, to bound what saves may add.
+    fn used_bytes(&self) -> u64 {
+        fn walk(dir: &Path, depth: usize) -> u64 {
+            if depth > 4 {
+                return 0;
+            }
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return 0;
+            };
+            entries
+                .flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => walk(&e.path(), depth + 1),
+                    Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+                    _ => 0,
+                })
+                .sum()
+        }
+        walk(&self.root, 0)
     }
 }
 
@@ -349,6 +434,15 @@ pub fn check_description(name: &SkillName, description: &str) -> Result<String, 
             reason: "it is empty; say what the skill does and when to use it (search finds skills by it)".into(),
         });
     }
+    if description
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(SkillError::BadDescription {
+            name: name.to_string(),
+            reason: "it contains control characters; use plain text".into(),
+        });
+    }
     if description.chars().count() > MAX_DESCRIPTION {
         return Err(SkillError::BadDescription {
             name: name.to_string(),
@@ -396,7 +490,7 @@ fn now() -> String {
 }
 
 /// Writes `content` to a temporary file beside `path`, then renames it over.
-fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SkillError> {
+pub(crate) fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SkillError> {
     let tmp = path.with_file_name(format!(
         ".{}.tmp-{}-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
@@ -414,6 +508,16 @@ fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SkillError> {
         return Err(io(path, e));
     }
     Ok(())
+}
+
+/// A number no other call in this process gets, with the time, so names
+/// made from it do not repeat across restarts either.
+fn unique() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{nanos}-{}", next_id())
 }
 
 fn next_id() -> u64 {
@@ -558,6 +662,75 @@ mod tests {
                 .parent()
                 .map(|p| p.join("s").exists())
                 .unwrap_or(false)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_save_cut_short_loses_no_version() -> R {
+        let tmp = tempfile::tempdir()?;
+        let store = SkillStore::open(tmp.path())?;
+        store.save("s", "d", "V = 1\n", &Analysis::default())?;
+        store.save("s", "d", "V = 2\n", &Analysis::default())?;
+        // A third save archived version 2, wrote its code, and died before SKILL.md.
+        let name = SkillName::parse("s")?;
+        store.archive(&name, &store.load("s", None)?)?;
+        std::fs::write(tmp.path().join("s").join(CODE_FILE), "V = 3\n")?;
+        assert!(store.load("s", None)?.modified);
+        store.save("s", "d", "V = 4\n", &Analysis::default())?;
+        assert_eq!(store.load("s", Some(2))?.code, "V = 2\n");
+        assert_eq!(store.load("s", None)?.code, "V = 4\n");
+        Ok(())
+    }
+
+    #[test]
+    fn an_unreadable_skill_can_still_be_deleted() -> R {
+        let tmp = tempfile::tempdir()?;
+        let store = SkillStore::open(tmp.path())?;
+        store.save("s", "d", "x = 1\n", &Analysis::default())?;
+        std::fs::write(tmp.path().join("s/SKILL.md"), "garbage")?;
+        assert!(store.load("s", None).is_err());
+        let before = store.generation();
+        assert_eq!(store.delete("s")?, 1);
+        assert_ne!(store.generation(), before);
+        assert!(matches!(
+            store.delete("s"),
+            Err(SkillError::NotFound { .. })
+        ));
+        Ok(())
+    }
+
+    #[test]
+    fn the_store_is_bounded() -> R {
+        let tmp = tempfile::tempdir()?;
+        let store = SkillStore::open(tmp.path())?;
+        let code = format!("X = '{}'\n", "x".repeat(MAX_CODE_BYTES - 16));
+        let mut refused = None;
+        for n in 0..400 {
+            if let Err(e) = store.save(&format!("s{n}"), "d", &code, &Analysis::default()) {
+                refused = Some(e);
+                break;
+            }
+        }
+        assert!(
+            matches!(refused, Some(SkillError::Full { .. })),
+            "{refused:?}"
+        );
+        assert!(store.used_bytes() <= MAX_STORE_BYTES);
+        Ok(())
+    }
+
+    #[test]
+    fn control_characters_in_descriptions_are_refused() -> R {
+        let tmp = tempfile::tempdir()?;
+        let store = SkillStore::open(tmp.path())?;
+        let e = store.save("s", "a\u{7f}b", "x = 1\n", &Analysis::default());
+        assert!(matches!(e, Err(SkillError::BadDescription { .. })), "{e:?}");
+        // Line separators that YAML would fold survive the round trip.
+        store.save("s", "a\u{2028}b\u{2029}c", "x = 1\n", &Analysis::default())?;
+        assert_eq!(
+            store.load("s", None)?.meta.description,
+            "a\u{2028}b\u{2029}c"
         );
         Ok(())
     }

@@ -100,7 +100,7 @@ pub async fn call(
     if !listed {
         return None;
     }
-    Some(Answer::Plain(match name {
+    let answer = match name {
         "execute_code" => return Some(execute::execute(state, args, session).await),
         "search_tools" => discovery::search(state, args).await,
         "get_tool_definition" => discovery::definition(state, args).await,
@@ -111,13 +111,33 @@ pub async fn call(
         "get_execution_stats" => stats::stats(state, args).await,
         "sanitize_pii" => pii::sanitize(state, args, session),
         "restore_pii" => pii::restore(args, session),
-        "save_skill" => skills::save(state, args).await,
-        "load_skill" => skills::load(state, args, session).await,
+        "save_skill" => skills::save(state, args, session).await,
+        "load_skill" => skills::load(state, args).await,
         "list_skills" => skills::list(state, args).await,
         "delete_skill" => skills::delete(state, args).await,
         _ => return None,
+    };
+    Some(Answer::Plain(match answer {
+        // Skills are written by agents and code, and search and definitions
+        // show them: in automatic mode the model sees their personal data
+        // as tokens, like everything else code produced.
+        Ok(mut body)
+            if SHOWS_SKILLS.contains(&name) && crate::privacy::automatic(&state.config.pii) =>
+        {
+            crate::privacy::tokenize_answer(state, session, &mut body);
+            Ok(body)
+        }
+        other => other,
     }))
 }
+
+/// Tools whose answers can carry what a skill holds.
+const SHOWS_SKILLS: &[&str] = &[
+    "search_tools",
+    "get_tool_definition",
+    "load_skill",
+    "list_skills",
+];
 
 /// The success answer: `{"success": true, ...fields}`.
 pub fn success(fields: Value) -> Value {

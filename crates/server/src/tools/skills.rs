@@ -62,11 +62,23 @@ pub const DELETE: ToolDef = ToolDef {
     minimal: false,
 };
 
-pub async fn save(state: &Arc<AppState>, args: Args) -> ToolResult {
+pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     args.only(&["name", "code", "description"])?;
     let name = args.string("name")?;
-    let code = args.string("code")?;
-    let description = args.string("description")?;
+    let mut code = args.string("code")?;
+    let mut description = args.string("description")?;
+    // The model writes tokens for the personal data it saw; the skill keeps
+    // the real values (as a tool call from code would get them), because a
+    // token means nothing outside this session.
+    let mut restored = 0;
+    if privacy::automatic(&state.config.pii) {
+        let vault = session.vault();
+        let c = vault.restore(&code);
+        let d = vault.restore(&description);
+        restored = c.restored + d.restored;
+        code = c.text;
+        description = d.text;
+    }
     let saved = crate::skills::save(state, &name, &description, &code, None).await?;
     let meta = &saved.meta;
     let message = if saved.unchanged {
@@ -85,10 +97,11 @@ pub async fn save(state: &Arc<AppState>, args: Args) -> ToolResult {
         "functions": meta.functions,
         "tools": meta.tools,
         "use": usage(&meta.name, &meta.functions),
+        "tokens_restored": restored,
     })))
 }
 
-pub async fn load(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
+pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&["name", "version"])?;
     let name = args.string("name")?;
     let version = args.opt_u64("version")?;
@@ -104,21 +117,6 @@ pub async fn load(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     if let Some(obj) = body.as_object_mut() {
         obj.insert("versions".into(), json!(versions));
         obj.insert("use".into(), use_);
-    }
-    // A skill saved from code may hold real values: the model sees tokens.
-    if privacy::automatic(&state.config.pii) {
-        let mut counts = std::collections::BTreeMap::new();
-        let mut vault = session.vault();
-        if let Some(obj) = body.as_object_mut() {
-            for field in ["code", "description"] {
-                if let Some(v) = obj.get_mut(field) {
-                    privacy::tokenize_value(&mut vault, v, &state.config.pii.types, &mut counts);
-                }
-            }
-            if !counts.is_empty() {
-                obj.insert("pii".into(), privacy::summary(&counts));
-            }
-        }
     }
     Ok(success(body))
 }
