@@ -177,7 +177,7 @@ def markdown_table(scenario: dict) -> str:
 def markdown(report: dict) -> str:
     out = []
     for name, scenario in report["scenarios"].items():
-        out += [f"### Servers configured: {name} ({SCENARIOS[name]})", "", markdown_table(scenario), ""]
+        out += [f"#### Servers configured: {name}: {SCENARIOS[name]}", "", markdown_table(scenario), ""]
     schemas = report.get("schema_tokens_by_server")
     if schemas:
         out += ["Tool schemas (each server's tools/list result as on the wire), o200k tokens:", "",
