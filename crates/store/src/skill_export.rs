@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::skill_file::{self, Parsed};
-use crate::skills::{CODE_FILE, MAX_CODE_BYTES};
+use crate::skills::{CODE_FILE, MAX_CODE_BYTES, io};
 use crate::{SkillError, SkillStore};
 
 /// A skill read from a directory in the Agent Skills layout.
@@ -153,13 +153,6 @@ fn code_file(dir: &Path) -> Option<PathBuf> {
         }
     }
     None
-}
-
-fn io(path: &Path, source: std::io::Error) -> SkillError {
-    SkillError::Io {
-        path: path.display().to_string(),
-        source,
-    }
 }
 
 #[cfg(test)]

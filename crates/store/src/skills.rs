@@ -526,7 +526,7 @@ fn next_id() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-fn io(path: &Path, source: std::io::Error) -> SkillError {
+pub(crate) fn io(path: &Path, source: std::io::Error) -> SkillError {
     SkillError::Io {
         path: path.display().to_string(),
         source,
