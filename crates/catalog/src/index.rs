@@ -14,6 +14,8 @@ const DESCRIPTION_WEIGHT: f32 = 1.0;
 const PARAM_WEIGHT: f32 = 0.5;
 /// A fuzzy (misspelt) match counts this much of an exact one.
 const FUZZY_FACTOR: f32 = 0.6;
+/// A query word that begins an indexed word ("sql" in "sqlite").
+const PREFIX_FACTOR: f32 = 0.6;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
 
@@ -137,6 +139,15 @@ impl Catalog {
                     }
                 }
             }
+            // A word that matches nothing may begin one ("sql" in
+            // "sqlite", "json" in "jsonpath"). Also only for unmatched words.
+            if matched.is_empty() && term.len() >= 3 {
+                for candidate in self.postings.keys() {
+                    if candidate.len() > term.len() && candidate.starts_with(term.as_str()) {
+                        matched.push((candidate.as_str(), PREFIX_FACTOR));
+                    }
+                }
+            }
             for (t, factor) in matched {
                 let Some(docs) = self.postings.get(t) else {
                     continue;
@@ -241,6 +252,32 @@ mod tests {
     #[test]
     fn misspelt_names_still_match() {
         assert_eq!(top(&catalog(), "comit"), "git_commit");
+    }
+
+    #[test]
+    fn a_word_that_begins_another_matches_it() {
+        let c = Catalog::new(vec![
+            entry(
+                "sqlite",
+                "read_query",
+                "Execute a SELECT query on the SQLite database",
+            ),
+            entry(
+                "everything",
+                "trigger-long-running-operation",
+                "Demonstrates a long running operation with progress updates",
+            ),
+            entry(
+                "playwright",
+                "browser_run_code_unsafe",
+                "Run a Playwright code snippet",
+            ),
+        ]);
+        // "sql" is no word of the catalog; it begins "sqlite".
+        assert_eq!(top(&c, "sql"), "read_query");
+        assert_eq!(top(&c, "run a SQL query"), "read_query");
+        // Short words do not spread: "ru" would begin too much.
+        assert!(c.search("xq", None, 5).is_empty());
     }
 
     #[test]
