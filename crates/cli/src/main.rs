@@ -4,13 +4,13 @@
 mod args;
 mod doctor;
 mod exec;
+mod json_lines;
 mod logging;
 mod pii;
 mod run;
 mod serve;
 mod setup;
 mod skills;
-mod token_count;
 mod tools;
 
 use std::process::ExitCode;
@@ -41,7 +41,11 @@ fn main() -> ExitCode {
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Pii(cmd) => pii::run(cmd),
         Command::Skills(cmd) => skills::run(&cli, cmd),
-        Command::Tokens => token_count::run(),
+        // The embedded o200k tokenizer from the shell, so benchmarks and
+        // scripts count exactly as execute_code's `tokens` field does.
+        Command::Tokens => {
+            json_lines::answer_each(|text| cem_engine::count_tokens(text).to_string())
+        }
     };
     match outcome {
         Ok(code) => code,

@@ -2,10 +2,10 @@
 //! checking what a text would look like to the model, and for the labelled
 //! corpus tests.
 
-use std::io::{BufRead, Read, Write};
+use std::io::Read;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use cem_pii::{Kind, Vault};
 use serde_json::{Value, json};
 
@@ -42,18 +42,11 @@ fn kinds(names: &[String]) -> anyhow::Result<Vec<Kind>> {
 }
 
 fn detect(kinds: &[Kind]) -> anyhow::Result<ExitCode> {
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    for (n, line) in std::io::stdin().lock().lines().enumerate() {
-        let line = line.context("cannot read stdin")?;
-        let text = match serde_json::from_str::<Value>(&line) {
-            Ok(Value::String(text)) => text,
-            _ => bail!("line {}: expected a JSON string", n + 1),
-        };
+    crate::json_lines::answer_each(|text| {
         // Character offsets, as Python indexes strings (findings come in
         // order, so one pass counts them).
         let (mut byte, mut chars) = (0, 0);
-        let found: Vec<Value> = cem_pii::detect(&text)
+        let found: Vec<Value> = cem_pii::detect(text)
             .into_iter()
             .filter(|e| kinds.contains(&e.kind))
             .map(|e| {
@@ -64,8 +57,6 @@ fn detect(kinds: &[Kind]) -> anyhow::Result<ExitCode> {
                 json!({"type": e.kind.name(), "start": start, "end": chars, "text": &text[e.start..e.end]})
             })
             .collect();
-        writeln!(out, "{}", Value::Array(found))?;
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+        Value::Array(found).to_string()
+    })
 }

@@ -43,8 +43,7 @@ pub fn run(cli: &Cli, cmd: &SkillsCommand) -> anyhow::Result<ExitCode> {
             version,
             json,
         } => {
-            let skill = store.load(name, *version)?;
-            let versions = store.versions(name)?;
+            let (skill, versions) = store.load_with_versions(name, *version)?;
             if *json {
                 let mut value = serde_json::to_value(&skill)?;
                 if let Some(obj) = value.as_object_mut() {

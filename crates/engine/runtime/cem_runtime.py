@@ -319,11 +319,17 @@ def analyze_skill(source):
     """Parses skill code without running it: whether it compiles (else the line), the
     upstream tools it names and its public top-level functions."""
     try:
-        compile(source, "skill.py", "exec", dont_inherit=True)
+        # Parsed once; compiling the tree still finds what only the compiler
+        # does ('return' outside a function, top-level await).
         tree = ast.parse(source, "skill.py")
+        compile(tree, "skill.py", "exec", dont_inherit=True)
     except SyntaxError as e:
+        text = e.text
+        if text is None and e.lineno:  # compiler errors carry no source line
+            lines = source.splitlines()
+            text = lines[e.lineno - 1] if e.lineno <= len(lines) else ""
         return {"ok": False, "line": e.lineno, "column": e.offset, "message": e.msg,
-                "text": (e.text or "").rstrip("\n")}
+                "text": (text or "").rstrip("\n")}
     except (ValueError, RecursionError, MemoryError) as e:
         return {"ok": False, "line": None, "message": str(e) or type(e).__name__}
     tools = []

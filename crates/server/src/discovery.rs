@@ -101,12 +101,7 @@ impl CatalogService {
             let stale = self
                 .skills_seen
                 .lock()
-                .map(|mut seen| {
-                    let stale = *seen != generation;
-                    *seen = generation;
-                    stale
-                })
-                .unwrap_or(false);
+                .is_ok_and(|seen| *seen != generation);
             if stale {
                 self.skills_changed().await;
             }
@@ -137,6 +132,7 @@ impl CatalogService {
     pub async fn skills_changed(&self) {
         let mut slot = self.current.write().await;
         let Some(built) = slot.as_ref() else {
+            // Nothing built yet: the next build reads the skills anyway.
             return;
         };
         let mut entries: Vec<Entry> = built
@@ -154,10 +150,15 @@ impl CatalogService {
         }));
     }
 
+    /// The skills as catalog entries, noting the store's generation they
+    /// were read at (read first: a change while listing shows up as stale).
     async fn skill_entries(&self) -> Vec<Entry> {
         let Some(store) = self.skills.clone() else {
             return Vec::new();
         };
+        if let Ok(mut seen) = self.skills_seen.lock() {
+            *seen = store.generation();
+        }
         match tokio::task::spawn_blocking(move || store.list()).await {
             Ok(Ok((skills, problems))) => {
                 for p in problems {

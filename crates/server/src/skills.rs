@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cem_engine::ExecRequest;
-use cem_store::{Analysis, Saved, SkillName};
+use cem_store::{Analysis, Saved, SkillMeta, SkillName};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -164,19 +164,9 @@ pub async fn delete(state: &Arc<AppState>, name: &str) -> Result<usize, ToolFail
     Ok(gone)
 }
 
-/// How to use a skill from code: the import of its first function.
-pub fn usage(name: &str, functions: &[String]) -> Value {
-    let import = match functions.first() {
-        Some(f) => format!(
-            "from skills.{name} import {}",
-            f.trim_start_matches("async ")
-                .split('(')
-                .next()
-                .unwrap_or(f)
-        ),
-        None => format!("import skills.{name}"),
-    };
-    json!({"import": import, "exec": format!("exec(load_skill({name:?}))")})
+/// How to use a skill from code: the import line, or the seed's exec pattern.
+pub fn usage(meta: &SkillMeta) -> Value {
+    json!({"import": meta.import_line(), "exec": format!("exec(load_skill({:?}))", meta.name)})
 }
 
 #[cfg(test)]

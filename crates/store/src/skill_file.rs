@@ -28,6 +28,23 @@ pub struct SkillMeta {
     pub functions: Vec<String>,
 }
 
+impl SkillMeta {
+    /// How code imports the skill: its first public function, else the module.
+    pub fn import_line(&self) -> String {
+        match self.functions.first() {
+            Some(f) => {
+                let function = f
+                    .trim_start_matches("async ")
+                    .split('(')
+                    .next()
+                    .unwrap_or(f);
+                format!("from skills.{} import {function}", self.name)
+            }
+            None => format!("import skills.{}", self.name),
+        }
+    }
+}
+
 /// The front matter as read: any SKILL.md (ours, or one written by hand
 /// for Claude Code) has at least a name and a description.
 #[derive(Deserialize)]
@@ -80,17 +97,8 @@ pub fn render(meta: &SkillMeta, code_file: &str) -> Result<String, SkillError> {
     body.push_str(&format!(
         "The code is in [{code_file}]({code_file}). In code-execution-mcp's sandbox:\n\n```python\n"
     ));
-    match meta.functions.first() {
-        Some(f) => {
-            let function = f
-                .trim_start_matches("async ")
-                .split('(')
-                .next()
-                .unwrap_or(f);
-            body.push_str(&format!("from skills.{module} import {function}\n"));
-        }
-        None => body.push_str(&format!("import skills.{module}\n")),
-    }
+    body.push_str(&meta.import_line());
+    body.push('\n');
     body.push_str(&format!(
         "# or, to define everything in the current scope:\nexec(load_skill(\"{module}\"))\n```\n"
     ));

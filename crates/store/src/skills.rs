@@ -212,6 +212,21 @@ impl SkillStore {
 
     /// The skill `name`: its current version, or `version` when given.
     pub fn load(&self, name: &str, version: Option<u64>) -> Result<Skill, SkillError> {
+        Ok(self.load_with_versions(name, version)?.0)
+    }
+
+    /// The versions kept of `name`, oldest first (the current one last).
+    pub fn versions(&self, name: &str) -> Result<Vec<u64>, SkillError> {
+        Ok(self.load_with_versions(name, None)?.1)
+    }
+
+    /// [`SkillStore::load`] and [`SkillStore::versions`] at once, under one
+    /// lock, so a concurrent save or delete cannot fall between them.
+    pub fn load_with_versions(
+        &self,
+        name: &str,
+        version: Option<u64>,
+    ) -> Result<(Skill, Vec<u64>), SkillError> {
         let name = SkillName::parse(name)?;
         let _lock = self.lock(&name, false)?;
         let current = self
@@ -219,40 +234,26 @@ impl SkillStore {
             .ok_or_else(|| SkillError::NotFound {
                 name: name.to_string(),
             })?;
-        match version {
-            None => Ok(current),
-            Some(v) if v == current.meta.version => Ok(current),
+        let mut versions = self.versions_in(&self.dir(&name).join("versions"))?;
+        versions.retain(|v| *v != current.meta.version);
+        versions.push(current.meta.version);
+        let skill = match version {
+            None => current,
+            Some(v) if v == current.meta.version => current,
             Some(v) => {
                 let dir = self.dir(&name).join("versions").join(v.to_string());
                 read_skill(&name, &dir)?.ok_or_else(|| SkillError::NoVersion {
                     name: name.to_string(),
                     version: v,
-                    kept: self
-                        .versions_in(&self.dir(&name).join("versions"))
-                        .unwrap_or_default()
-                        .into_iter()
-                        .chain([current.meta.version])
+                    kept: versions
+                        .iter()
                         .map(|v| v.to_string())
                         .collect::<Vec<_>>()
                         .join(", "),
-                })
+                })?
             }
-        }
-    }
-
-    /// The versions kept of `name`, oldest first (the current one last).
-    pub fn versions(&self, name: &str) -> Result<Vec<u64>, SkillError> {
-        let name = SkillName::parse(name)?;
-        let _lock = self.lock(&name, false)?;
-        let current = self
-            .read_current(&name)?
-            .ok_or_else(|| SkillError::NotFound {
-                name: name.to_string(),
-            })?;
-        let mut out = self.versions_in(&self.dir(&name).join("versions"))?;
-        out.retain(|v| *v != current.meta.version);
-        out.push(current.meta.version);
-        Ok(out)
+        };
+        Ok((skill, versions))
     }
 
     fn count(&self) -> usize {

@@ -96,7 +96,7 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
         "unchanged": saved.unchanged,
         "functions": meta.functions,
         "tools": meta.tools,
-        "use": usage(&meta.name, &meta.functions),
+        "use": usage(meta),
         "tokens_restored": restored,
     })))
 }
@@ -106,13 +106,8 @@ pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
     let name = args.string("name")?;
     let version = args.opt_u64("version")?;
     let store = state.skills.clone();
-    let (skill, versions) = blocking(move || {
-        let skill = store.load(&name, version)?;
-        let versions = store.versions(&name)?;
-        Ok((skill, versions))
-    })
-    .await?;
-    let use_ = usage(&skill.meta.name, &skill.meta.functions);
+    let (skill, versions) = blocking(move || Ok(store.load_with_versions(&name, version)?)).await?;
+    let use_ = usage(&skill.meta);
     let mut body = serde_json::to_value(&skill).unwrap_or(Value::Null);
     if let Some(obj) = body.as_object_mut() {
         obj.insert("versions".into(), json!(versions));
