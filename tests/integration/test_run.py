@@ -64,3 +64,21 @@ def test_sandboxed_by_default_and_no_sandbox_on_request(base: list[str], tmp_pat
     trusted = run_cli(*base, "run", "--no-sandbox", probe)
     assert "WITHOUT isolation" in trusted.stderr
     assert trusted.stdout.split()[0] == str(os.path.exists("/etc/shadow"))
+
+
+def test_servers_import_on_a_fresh_data_dir_with_and_without_sandbox(base: list[str], tmp_path: Path, repo: Path):
+    # Nothing has searched yet, so no wrappers exist: the import asks the host to write them.
+    # Without the sandbox there is no /servers: they come from the data directory.
+    body = ("from servers.git import git_log\nfrom servers.everything import echo\n"
+            "import servers, sys\nprint(echo(message='hi'))\nprint('Commit:' in str(git_log(repo_path=sys.argv[1], max_count=1)))\n"
+            "print(servers.__path__[0] == '/servers')\n"
+            "try:\n    import servers.nope\nexcept ModuleNotFoundError as e:\n    print(e)\n")
+    for extra in (["--no-sandbox"], []):
+        fresh = list(base)
+        fresh[fresh.index("--data-dir") + 1] = str(tmp_path / f"data-{len(extra)}")
+        out = run_cli(*fresh, "run", *extra, script(tmp_path, body), "--", str(repo), timeout=120)
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.split("\n")
+        assert "hi" in lines[0] and lines[1] == "True", out.stdout
+        assert lines[2] == ("False" if extra else "True")
+        assert "servers.nope" in lines[3] and "nope" in lines[3].split(":", 1)[1], lines[3]

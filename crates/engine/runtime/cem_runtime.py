@@ -461,9 +461,35 @@ _cem_tools.list_skills = list_skills
 _cem_tools.analyze_skill = analyze_skill
 _cem_tools.ToolError = ToolError
 sys.modules["cem_tools"] = _cem_tools
-# /servers (the generated wrappers) is importable as the package `servers`.
-if "/" not in sys.path:
-    sys.path.append("/")
+# The generated wrappers are importable as the package `servers`: at /servers
+# in the sandbox; without it (`run --no-sandbox`) where they really are, and
+# nothing else of the directory that holds them.
+_SERVERS_DIR = os.environ.get("CEM_SERVERS_DIR", "/servers")
+
+
+class _ServersFinder:
+    asked = set()
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name == "servers":
+            return importlib.machinery.PathFinder.find_spec(name, [os.path.dirname(_SERVERS_DIR)])
+        server = name[len("servers."):] if name.startswith("servers.") else ""
+        if not server or "." in server or server in cls.asked:
+            return None
+        if not os.path.isdir(os.path.join(_SERVERS_DIR, server)):
+            # No wrappers yet (nothing searched since the server was
+            # configured): the host lists its tools and writes them.
+            cls.asked.add(server)
+            try:
+                _host("wrappers", {"server": server}, "import " + name)
+            except ToolError as e:
+                raise ModuleNotFoundError(f"No module named {name!r}: {e.message}", name=name) from None
+            importlib.invalidate_caches()
+        return None  # the package's own path finds the module
+
+
+sys.meta_path.insert(0, _ServersFinder)
 
 
 def _clean_cut(text):

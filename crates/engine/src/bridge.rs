@@ -1,5 +1,5 @@
 //! What sandboxed code may ask of the host during an execution: calling
-//! upstream tools, searching the catalog, the session's PII vault, and skills. The engine only relays; the
+//! upstream tools, searching the catalog, the session's PII vault, skills and the generated wrappers. The engine only relays; the
 //! server implements [`Bridge`] with the upstream manager and the catalog.
 
 use std::future::Future;
@@ -27,4 +27,7 @@ pub trait Bridge: Send + Sync {
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
     /// save_skill / load_skill / list_skills from code (`{"op", ...}`).
     fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+    /// `import servers.<server>` found no wrappers (`{"server"}`): list the
+    /// server's tools (starting it if needed) and write them.
+    fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
 }

@@ -176,14 +176,14 @@ impl Interp {
                 .env_clear()
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .current_dir(&launch.workspace);
-            // Without the sandbox's mounts, the runtime finds the skills
-            // where they really are.
-            if let Some((source, _)) = launch
-                .extra_ro
-                .iter()
-                .find(|(_, target)| target.as_os_str() == "/skills")
-            {
-                cmd.env("CEM_SKILLS_DIR", source);
+            // Without the sandbox's mounts, the runtime finds the skills and
+            // the generated wrappers where they really are.
+            for (source, target) in &launch.extra_ro {
+                match target.to_str() {
+                    Some("/skills") => cmd.env("CEM_SKILLS_DIR", source),
+                    Some("/servers") => cmd.env("CEM_SERVERS_DIR", source),
+                    _ => &mut cmd,
+                };
             }
             (cmd, None)
         } else {
@@ -350,7 +350,7 @@ impl Interp {
                 }
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
-                    Some(kind @ ("call" | "search" | "pii" | "skill")) => {
+                    Some(kind @ ("call" | "search" | "pii" | "skill" | "wrappers")) => {
                         let kind = kind.to_string();
                         calls.push(relay(&kind, msg, bridge, stats));
                     }
@@ -487,7 +487,7 @@ fn next_id() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The answer line to one "call", "search", "pii" or "skill" message from the runtime, as
+/// The answer line to one "call", "search", "pii", "skill" or "wrappers" message from the runtime, as
 /// a future the exchange polls.
 fn relay(
     kind: &str,
@@ -523,6 +523,7 @@ fn relay(
         let asked = match kind {
             "search" => bridge.search(arguments),
             "pii" => bridge.pii(arguments),
+            "wrappers" => bridge.wrappers(arguments),
             _ => bridge.skill(arguments),
         };
         return Box::pin(async move {

@@ -57,6 +57,15 @@ impl Bridge for ToolBridge {
         Box::pin(async move { skill(&state, &arguments).await })
     }
 
+    fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
+        let state = self.state.clone();
+        Box::pin(async move {
+            let server = arguments["server"].as_str().unwrap_or_default();
+            let written = state.catalog.ensure_wrappers(server).await?;
+            Ok(json!({"server": written}))
+        })
+    }
+
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let session = self.session.clone();
         // Detection is CPU work: off the async workers.

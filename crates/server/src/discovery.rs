@@ -62,6 +62,35 @@ impl CatalogService {
         self.write_wrappers(entries).await;
     }
 
+    /// Code imported `servers.<server>` before any wrappers of it were
+    /// written (a fresh data directory, a server just configured): lists its
+    /// tools, starting it if needed, and writes the wrappers of every server
+    /// known so far (writing one alone would drop the others). Returns the
+    /// server's configured name.
+    pub async fn ensure_wrappers(&self, server: &str) -> Result<String, String> {
+        let upstream = self.manager.get(server).map_err(|e| e.to_string())?;
+        let name = upstream.config.name.clone();
+        let tools = self
+            .manager
+            .tools(&name, false)
+            .await
+            .map_err(|e| format!("cannot list the tools of '{name}': {e}"))?;
+        let entries: Vec<Entry> = self
+            .manager
+            .servers()
+            .filter(|u| !u.config.disabled && u.config.name != name)
+            .filter_map(|u| {
+                self.manager
+                    .cached_tools(&u.config.name)
+                    .map(|tools| (u.config.name.clone(), tools))
+            })
+            .chain(std::iter::once((name.clone(), tools)))
+            .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
+            .collect();
+        self.write_wrappers(entries).await;
+        Ok(name)
+    }
+
     async fn write_wrappers(&self, entries: Vec<Entry>) {
         let Some(dir) = self.wrappers_dir.clone() else {
             return;
