@@ -156,6 +156,9 @@ impl Upstream {
                 cmd.stdin(Stdio::piped())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
+                    // Its own process group: stopped with what it starts,
+                    // and a Ctrl-C at our terminal reaches us, not it.
+                    .process_group(0)
                     .kill_on_drop(true);
                 let mut child = cmd.spawn().map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => fail(format!(
@@ -475,9 +478,9 @@ impl Manager {
 
     /// Closes every connection (stdio servers are stopped).
     pub async fn shutdown(&self) {
-        for upstream in self.servers.values() {
-            upstream.drop_connection().await;
-        }
+        // All at once: a server that ignores the end of its input holds
+        // its own shutdown for a few seconds, not everyone's.
+        futures::future::join_all(self.servers.values().map(|u| u.drop_connection())).await;
     }
 }
 

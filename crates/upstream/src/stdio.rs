@@ -7,6 +7,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
 
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -20,13 +25,24 @@ use tokio::sync::watch;
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// How long a server may take to exit after its stdin closes.
-const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long it may take after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(1);
 
-/// A child process speaking MCP on its stdin and stdout. Dropping it kills
-/// the child (`kill_on_drop` on its command).
+/// A child process speaking MCP on its stdin and stdout, leading its own
+/// process group (the command is spawned with `process_group(0)`), so that
+/// what it starts (`npx` starts node, node may start a browser) is stopped
+/// with it. Dropping it unclosed kills the whole group.
 pub struct ChildTransport {
     child: Child,
+    /// The process group: the child's pid while it has not been reaped.
+    group: Option<Pid>,
     inner: AsyncRwTransport<RoleClient, Watched, ChildStdin>,
+}
+
+/// Sends `signal` to every process of `group` (gone already is fine).
+fn signal_group(group: Pid, signal: Signal) {
+    let _ = killpg(group, signal);
 }
 
 impl ChildTransport {
@@ -47,7 +63,15 @@ impl ChildTransport {
             },
         };
         let inner = AsyncRwTransport::new(watched, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
-        Ok(Self { child, inner })
+        let group = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw);
+        Ok(Self {
+            child,
+            group,
+            inner,
+        })
     }
 }
 
@@ -68,14 +92,49 @@ impl Transport<RoleClient> for ChildTransport {
     async fn close(&mut self) -> Result<(), Self::Error> {
         let closed = self.inner.close().await;
         // The end of its stdin asks the server to exit; one that ignores it
-        // is stopped.
-        if tokio::time::timeout(EXIT_GRACE, self.child.wait())
+        // gets SIGTERM, then SIGKILL. Either way the rest of its group (what
+        // it started and left behind) gets SIGTERM, while the group id is
+        // still certainly ours: the leader is reaped only at the end.
+        let Some(group) = self.group else {
+            return closed;
+        };
+        let exited = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child))
             .await
-            .is_err()
+            .is_ok();
+        signal_group(group, Signal::SIGTERM);
+        if !exited
+            && tokio::time::timeout(TERM_GRACE, wait_exit(&mut self.child))
+                .await
+                .is_err()
         {
-            let _ = self.child.start_kill();
+            signal_group(group, Signal::SIGKILL);
         }
+        let _ = self.child.wait().await;
+        self.group = None;
         closed
+    }
+}
+
+impl Drop for ChildTransport {
+    fn drop(&mut self) {
+        // Not closed (the connection task was aborted): nothing to wait for.
+        if let Some(group) = self.group {
+            signal_group(group, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Resolves when the child has exited, without reaping it (so its pid, and
+/// with it the process group's id, stays reserved).
+async fn wait_exit(child: &mut Child) {
+    let Some(pid) = child.id() else { return };
+    let pid = Pid::from_raw(pid as i32);
+    loop {
+        let options = WaitPidFlag::WNOHANG | WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(pid), options) {
+            Ok(WaitStatus::StillAlive) => tokio::time::sleep(Duration::from_millis(20)).await,
+            _ => return,
+        }
     }
 }
 

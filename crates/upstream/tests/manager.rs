@@ -11,6 +11,12 @@ use cem_config::{Config, ServerConfig, Transport};
 use cem_upstream::{Manager, UpstreamError};
 
 fn fault_server() -> Result<(Config, tempfile::TempDir), String> {
+    fault_server_with(Default::default())
+}
+
+fn fault_server_with(
+    env: std::collections::BTreeMap<String, cem_config::Secret>,
+) -> Result<(Config, tempfile::TempDir), String> {
     let python = std::env::var("CEM_SDK1_PYTHON").map_err(|_| {
         "set CEM_SDK1_PYTHON to a python with the MCP SDK 1.x (scripts/test does)".to_string()
     })?;
@@ -25,7 +31,7 @@ fn fault_server() -> Result<(Config, tempfile::TempDir), String> {
             transport: Transport::Stdio {
                 command: python,
                 args: vec![script.display().to_string()],
-                env: Default::default(),
+                env,
                 cwd: None,
             },
             disabled: false,
@@ -94,4 +100,47 @@ async fn timeouts_crashes_and_list_changes() -> Result<(), Box<dyn std::error::E
     assert!(matches!(unknown, Err(UpstreamError::UnknownServer(_))));
     manager.shutdown().await;
     Ok(())
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited: only the running count.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test]
+async fn shutdown_stops_a_stubborn_server_and_what_it_started()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let pidfile = dir.path().join("pids");
+    let mut env = std::collections::BTreeMap::new();
+    env.insert(
+        "FAULT_STUBBORN_PIDFILE".to_string(),
+        cem_config::Secret::new(pidfile.display().to_string()),
+    );
+    let (config, cache) = fault_server_with(env)?;
+    let manager = Manager::new(&config, cache.path().to_path_buf());
+    manager.call("fault", "ok", None, None).await?;
+    let pids: Vec<i32> = std::fs::read_to_string(&pidfile)?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(pids.len(), 2);
+    assert!(pids.iter().all(|&p| alive(p)), "server and its child run");
+    // The server ignores the end of its input and SIGTERM: it is killed;
+    // its child is stopped with it.
+    manager.shutdown().await;
+    for _ in 0..50 {
+        if !pids.iter().any(|&p| alive(p)) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("still running after shutdown: {pids:?}").into())
 }

@@ -2,7 +2,8 @@
 
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
 answers late; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
-notifications/tools/list_changed.
+notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
+SIGTERM and the end of its input, and writes both pids to that file.
 """
 
 import asyncio
@@ -53,4 +54,19 @@ def big_text(mib: int) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    stubborn = os.environ.get("FAULT_STUBBORN_PIDFILE")
+    if stubborn:
+        # A server that leaves a child behind and will not go: it ignores
+        # SIGTERM and the end of its stdin.
+        import signal
+        import subprocess
+        import time
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen(["sleep", "600"])
+        with open(stubborn, "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+        server.run()
+        time.sleep(600)
+    else:
+        server.run()
