@@ -110,6 +110,16 @@ async def test_modes_off_and_manual_and_the_workspace_reader(data_dir: Path, tmp
         assert body["output"] == "[EMAIL_1]\n"
         read = (await client.call_tool("read_workspace_file", {"filename": "contacts.txt"})).structured_content
         assert read["content"] == "[EMAIL_1]" and read["pii"]["tokenized"] == 1
+        # A file named after a person: the listing shows the name as a token, and that
+        # token opens the file.
+        body = await run(client, 'write_file("out/grace.hopper@example.org.txt", "hi")')
+        assert body["success"], body
+        listed = (await client.call_tool("list_workspace_files", {})).structured_content
+        assert "grace.hopper" not in json.dumps(listed)
+        name = next(f["path"] for f in listed["files"] if f["type"] == "file" and "EMAIL" in f["path"])
+        assert name == "out/[EMAIL_2]", name  # ".txt" could end a domain: the token takes it
+        read = (await client.call_tool("read_workspace_file", {"filename": name})).structured_content
+        assert read["content"] == "hi" and read["filename"] == name
     for mode in ("off", "manual"):
         (tmp_path / mode).mkdir()
         async with client_for(data_dir, tmp_path / mode, pii={"mode": mode}) as client:

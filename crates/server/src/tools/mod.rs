@@ -118,11 +118,13 @@ pub async fn call(
         _ => return None,
     };
     Some(Answer::Plain(match answer {
-        // Skills are written by agents and code, and search and definitions
-        // show them: in automatic mode the model sees their personal data
-        // as tokens, like everything else code produced.
+        // Skills and workspace files are written by agents and code, and
+        // these answers show them (a skill's text, a file's name): in
+        // automatic mode the model sees their personal data as tokens, like
+        // everything else code produced.
         Ok(mut body)
-            if SHOWS_SKILLS.contains(&name) && crate::privacy::automatic(&state.config.pii) =>
+            if SHOWS_CODE_OUTPUT.contains(&name)
+                && crate::privacy::automatic(&state.config.pii) =>
         {
             crate::privacy::tokenize_answer(state, session, &mut body);
             Ok(body)
@@ -131,12 +133,13 @@ pub async fn call(
     }))
 }
 
-/// Tools whose answers can carry what a skill holds.
-const SHOWS_SKILLS: &[&str] = &[
+/// Tools whose answers can carry what a skill holds or a file's name.
+const SHOWS_CODE_OUTPUT: &[&str] = &[
     "search_tools",
     "get_tool_definition",
     "load_skill",
     "list_skills",
+    "list_workspace_files",
 ];
 
 /// The success answer: `{"success": true, ...fields}`.

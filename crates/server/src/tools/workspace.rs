@@ -70,9 +70,15 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
 
 pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     args.only(&["filename"])?;
-    let filename = args.string("filename")?;
+    let shown = args.string("filename")?;
+    // list_workspace_files shows names with personal data as tokens: the
+    // name the model passes back may hold them.
+    let filename = if crate::privacy::automatic(&state.config.pii) {
+        session.vault().restore(&shown).text
+    } else {
+        shown.clone()
+    };
     let reader = state.clone();
-    let shown = filename.clone();
     let content = blocking(move || Ok(reader.workspace.read_text(&filename)?)).await?;
     let size = content.len();
     // Code may have written real personal data to the file: in automatic
