@@ -16,6 +16,10 @@ const PARAM_WEIGHT: f32 = 0.5;
 const FUZZY_FACTOR: f32 = 0.6;
 /// A query word that begins an indexed word ("sql" in "sqlite").
 const PREFIX_FACTOR: f32 = 0.6;
+/// A tool its own description calls deprecated ("DEPRECATED: use
+/// read_text_file") ranks below its replacement, unless the query asks for
+/// deprecated tools.
+const DEPRECATED_FACTOR: f32 = 0.5;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
 
@@ -36,6 +40,8 @@ pub struct Catalog {
     name_terms: Vec<String>,
     lengths: Vec<f32>,
     avg_length: f32,
+    /// Entries whose description says they are deprecated.
+    deprecated: Vec<bool>,
 }
 
 impl Catalog {
@@ -72,6 +78,10 @@ impl Catalog {
             name_terms.extend(terms(&entry.name));
             lengths.push(length);
         }
+        let deprecated = entries
+            .iter()
+            .map(|e| e.description.to_ascii_lowercase().contains("deprecated"))
+            .collect();
         let avg_length = if lengths.is_empty() {
             1.0
         } else {
@@ -90,6 +100,7 @@ impl Catalog {
             name_terms: name_terms.into_iter().collect(),
             lengths,
             avg_length: avg_length.max(1.0),
+            deprecated,
         }
     }
 
@@ -161,12 +172,21 @@ impl Catalog {
                 }
             }
         }
+        let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
         let mut hits: Vec<Hit> = scores
             .into_iter()
             .filter(|(doc, _)| in_category(*doc as usize))
-            .map(|(doc, score)| Hit {
-                index: doc as usize,
-                score,
+            .map(|(doc, score)| {
+                let index = doc as usize;
+                let demoted = self.deprecated[index] && !wants_deprecated;
+                Hit {
+                    index,
+                    score: if demoted {
+                        score * DEPRECATED_FACTOR
+                    } else {
+                        score
+                    },
+                }
             })
             .collect();
         hits.sort_by(|a, b| {
@@ -278,6 +298,25 @@ mod tests {
         assert_eq!(top(&c, "run a SQL query"), "read_query");
         // Short words do not spread: "ru" would begin too much.
         assert!(c.search("xq", None, 5).is_empty());
+    }
+
+    #[test]
+    fn deprecated_tools_rank_below_their_replacement() {
+        let c = Catalog::new(vec![
+            entry(
+                "filesystem",
+                "read_file",
+                "Read the complete contents of a file as text. DEPRECATED: Use read_text_file instead.",
+            ),
+            entry(
+                "filesystem",
+                "read_text_file",
+                "Read the complete contents of a file from the file system as text. Handles various \
+                 text encodings and provides detailed error messages if the file cannot be read.",
+            ),
+        ]);
+        assert_eq!(top(&c, "read a file"), "read_text_file");
+        assert_eq!(top(&c, "deprecated read file"), "read_file");
     }
 
     #[test]
