@@ -80,6 +80,10 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         assert by_category["input_schema"]["properties"]["repo_path"]["type"] == "string"
         structured = await call(client, "get_tool_definition", {"tool_name": "everything__get-structured-content"})
         assert "output_schema" in structured
+        # The upstream's schemas name their dialect ($schema); definitions leave that noise out.
+        raw = json.dumps([json.loads(p.read_text()) for p in (data_dir / "cache" / "tools").glob("everything-*.json")])
+        assert '"$schema"' in raw
+        assert "$schema" not in json.dumps([d, by_category, structured, full])
         missing = await call(client, "get_tool_definition", {"tool_name": "git_lgo"})
         assert missing["is_error"] and "closest: git.git_log" in missing["error"]
         bad = await call(client, "search_tools", {"query": "x", "detail_level": "everything"})

@@ -123,6 +123,17 @@ fn categories(entries: &[Entry]) -> Vec<String> {
     names
 }
 
+/// An upstream's schema as an agent reads it: without `$schema`, the
+/// dialect's URL, which tells the agent nothing and costs about 15 tokens a
+/// schema on every definition.
+fn shown_schema(schema: &Value) -> Value {
+    let mut shown = schema.clone();
+    if let Some(obj) = shown.as_object_mut() {
+        obj.remove("$schema");
+    }
+    shown
+}
+
 fn full(e: &Entry) -> Value {
     let mut v = json!({
         "name": e.name,
@@ -132,10 +143,10 @@ fn full(e: &Entry) -> Value {
     });
     if let Some(obj) = v.as_object_mut() {
         if let Some(s) = &e.input_schema {
-            obj.insert("input_schema".into(), s.clone());
+            obj.insert("input_schema".into(), shown_schema(s));
         }
         if let Some(s) = &e.output_schema {
-            obj.insert("output_schema".into(), s.clone());
+            obj.insert("output_schema".into(), shown_schema(s));
         }
         if e.kind == EntryKind::Registry {
             obj.insert("keywords".into(), json!(e.keywords));
