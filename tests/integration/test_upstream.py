@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+
+import anyio
 from pathlib import Path
 
 import pytest
@@ -117,6 +119,34 @@ async def test_broken_unreachable_and_hanging_servers_are_reported_and_isolated(
         found = await call(client, "search_tools", {"query": "convert time"})
         assert found["tools"][0]["name"] == "convert_time"
         assert {u["server"] for u in found["unavailable"]} == {"missing", "offline", "offline_sse", "hangs"}
+
+
+async def test_a_server_slow_to_start_does_not_hold_up_search(data_dir: Path, tmp_path: Path):
+    from conftest import SDK1_PYTHON
+    fault = str(Path(__file__).parent / "servers" / "fault_server.py")
+    servers = {
+        "time": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_time"]},
+        "slow": {"command": str(SDK1_PYTHON), "args": [fault], "env": {"FAULT_START_DELAY": "14"}},
+    }
+    params = params_for(data_dir, tmp_path, servers, upstream={"connect_timeout_seconds": 60})
+    async with Client(params) as client:
+        started = time.monotonic()
+        found = await call(client, "search_tools", {"query": "convert time"})
+        # The search answered before the slow server did (it waits at most 8 s).
+        assert time.monotonic() - started < 13
+        assert found["tools"][0]["name"] == "convert_time"
+        [pending] = found["unavailable"]
+        assert pending["server"] == "slow" and "still starting" in pending["error"], pending
+        # Once it answers, its tools join the catalog.
+        deadline = time.monotonic() + 60
+        while True:
+            later = await call(client, "search_tools", {"query": "answers at once"})
+            hits = [t for t in later["tools"] if t["server"] == "slow"]
+            if hits:
+                break
+            assert time.monotonic() < deadline, later
+            await anyio.sleep(1)
+        assert hits[0]["name"] == "ok" and "unavailable" not in later
 
 
 def wait_port(port: int, timeout: float = 30) -> None:

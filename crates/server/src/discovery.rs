@@ -9,6 +9,10 @@ use cem_store::{SkillMeta, SkillStore};
 use cem_upstream::Manager;
 use tokio::sync::RwLock;
 
+/// How long a search waits for the upstreams' tool lists (the first start
+/// of a server; later starts read the disk cache).
+const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
+
 /// One built catalog and the servers whose tools could not be had.
 pub struct Built {
     pub catalog: Catalog,
@@ -229,10 +233,54 @@ impl CatalogService {
         });
     }
 
+    /// Every server's tools, waiting at most [`LIST_WAIT`]: a server still
+    /// starting then (npx fetching a package, a hung process until its
+    /// connect timeout) is reported as such rather than holding up every
+    /// search; when the last one answers, the catalog is rebuilt on next use.
+    async fn list_all(
+        &self,
+        refresh: bool,
+    ) -> Vec<(String, Result<Vec<cem_upstream::Tool>, String>)> {
+        let manager = self.manager.clone();
+        let mut listing = tokio::spawn(async move { manager.all_tools(refresh).await });
+        match tokio::time::timeout(LIST_WAIT, &mut listing).await {
+            Ok(Ok(results)) => results
+                .into_iter()
+                .map(|(server, r)| (server, r.map_err(|e| e.to_string())))
+                .collect(),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the tool listing task failed");
+                Vec::new()
+            }
+            Err(_) => {
+                let changed = self.manager.changed();
+                tokio::spawn(async move {
+                    let _ = listing.await;
+                    // As a tools/list_changed would: the catalog is rebuilt.
+                    changed.notify_one();
+                });
+                self.manager
+                    .servers()
+                    .filter(|u| !u.config.disabled)
+                    .map(|u| {
+                        let name = u.config.name.clone();
+                        let tools = self.manager.known_tools(&name).ok_or_else(|| {
+                            format!(
+                                "still starting after {} s; its tools join the catalog when it answers: search again shortly",
+                                LIST_WAIT.as_secs()
+                            )
+                        });
+                        (name, tools)
+                    })
+                    .collect()
+            }
+        }
+    }
+
     async fn build(&self, refresh: bool) -> Built {
         let mut entries = Vec::new();
         let mut unavailable = Vec::new();
-        for (server, result) in self.manager.all_tools(refresh).await {
+        for (server, result) in self.list_all(refresh).await {
             match result {
                 Ok(tools) => entries.extend(tools.into_iter().map(|t| upstream_entry(&server, t))),
                 Err(e) => {

@@ -347,6 +347,14 @@ impl Manager {
     }
 
     /// A server's tools from the disk cache only (never connects).
+    /// The tools already read this run (from the server or the disk
+    /// cache), asking no one.
+    pub fn known_tools(&self, name: &str) -> Option<Vec<Tool>> {
+        let upstream = self.get(name).ok()?;
+        let known = self.known.lock().ok()?;
+        known.get(&upstream.config.name).map(|t| t.as_ref().clone())
+    }
+
     pub fn cached_tools(&self, name: &str) -> Option<Vec<Tool>> {
         let upstream = self.get(name).ok()?;
         cache::load(&self.cache_dir, &upstream.config)

@@ -3,7 +3,8 @@
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
 answers late; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
-SIGTERM and the end of its input, and writes both pids to that file.
+SIGTERM and the end of its input, and writes both pids to that file; FAULT_START_DELAY (seconds)
+makes it slow to start.
 """
 
 import asyncio
@@ -54,6 +55,10 @@ def big_text(mib: int) -> str:
 
 
 if __name__ == "__main__":
+    if os.environ.get("FAULT_START_DELAY"):
+        import time
+
+        time.sleep(float(os.environ["FAULT_START_DELAY"]))  # a slow first start
     stubborn = os.environ.get("FAULT_STUBBORN_PIDFILE")
     if stubborn:
         # A server that leaves a child behind and will not go: it ignores
