@@ -178,6 +178,9 @@ pub enum ToolsCommand {
         /// With --repeat: calls in flight at once.
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
+        /// With --repeat: untimed calls first (the server warms up).
+        #[arg(long, default_value_t = 0)]
+        warmup: usize,
     },
 }
 

@@ -80,17 +80,20 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                 args,
                 repeat,
                 concurrency,
+                warmup,
             } => {
                 // On a runtime worker, as a server's handlers run (and as
                 // `exec` runs code): the same footing for both sides of the
                 // bridge benchmark.
                 let (state, name, args) = (state.clone(), name.clone(), args.clone());
-                let (repeat, concurrency) = (*repeat, *concurrency);
-                tokio::spawn(
-                    async move { call_direct(&state, &name, &args, repeat, concurrency).await },
-                )
-                .await
-                .unwrap_or_else(|e| Err(format!("the call task failed: {e}")))
+                let timing = repeat.map(|repeat| Timing {
+                    repeat,
+                    concurrency: *concurrency,
+                    warmup: *warmup,
+                });
+                tokio::spawn(async move { call_direct(&state, &name, &args, timing).await })
+                    .await
+                    .unwrap_or_else(|e| Err(format!("the call task failed: {e}")))
             }
             ToolsCommand::Refresh => {
                 state.catalog.manager().clear_cache();
@@ -202,14 +205,20 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `tools call --repeat`: how to time the calls.
+struct Timing {
+    repeat: usize,
+    concurrency: usize,
+    warmup: usize,
+}
+
 /// `tools call`: the upstream tool through the manager (an rmcp client),
-/// with no sandbox in between; with `repeat`, timings as JSON.
+/// with no sandbox in between; with `timing`, timings as JSON.
 async fn call_direct(
     state: &Arc<AppState>,
     name: &str,
     args: &str,
-    repeat: Option<usize>,
-    concurrency: usize,
+    timing: Option<Timing>,
 ) -> Result<(), String> {
     let Some((server, tool)) = name.split_once('.') else {
         return Err(format!("'{name}' is not server.tool"));
@@ -224,13 +233,24 @@ async fn call_direct(
         .call(server, tool, arguments.clone(), None)
         .await
         .map_err(|e| e.to_string())?;
-    let Some(n) = repeat else {
+    let Some(Timing {
+        repeat: n,
+        concurrency,
+        warmup,
+    }) = timing
+    else {
         println!(
             "{}",
             serde_json::to_string_pretty(&first).unwrap_or_default()
         );
         return Ok(());
     };
+    for _ in 0..warmup {
+        manager
+            .call(server, tool, arguments.clone(), None)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let concurrency = concurrency.max(1);
     let started = std::time::Instant::now();
     let mut times = Vec::with_capacity(n);
