@@ -480,11 +480,11 @@ class _ServersFinder:
         if not os.path.isdir(os.path.join(_SERVERS_DIR, server)):
             # No wrappers yet (nothing searched since the server was
             # configured): the host lists its tools and writes them.
-            cls.asked.add(server)
             try:
                 _host("wrappers", {"server": server}, "import " + name)
             except ToolError as e:
                 raise ModuleNotFoundError(f"No module named {name!r}: {e.message}", name=name) from None
+            cls.asked.add(server)  # asked once; a failure is asked again on the next import
             importlib.invalidate_caches()
         return None  # the package's own path finds the module
 

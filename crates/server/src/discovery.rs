@@ -84,9 +84,11 @@ impl CatalogService {
             .servers()
             .filter(|u| !u.config.disabled && u.config.name != name)
             .filter_map(|u| {
+                let other = &u.config.name;
                 self.manager
-                    .cached_tools(&u.config.name)
-                    .map(|tools| (u.config.name.clone(), tools))
+                    .known_tools(other)
+                    .or_else(|| self.manager.cached_tools(other))
+                    .map(|tools| (other.clone(), tools))
             })
             .chain(std::iter::once((name.clone(), tools)))
             .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
