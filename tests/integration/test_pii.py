@@ -120,6 +120,9 @@ async def test_modes_off_and_manual_and_the_workspace_reader(data_dir: Path, tmp
         assert name == "out/[EMAIL_2]", name  # ".txt" could end a domain: the token takes it
         read = (await client.call_tool("read_workspace_file", {"filename": name})).structured_content
         assert read["content"] == "hi" and read["filename"] == name
+        # A token for a file that is not there: the error does not show the real value.
+        missing = await client.call_tool("read_workspace_file", {"filename": "nope/[EMAIL_1]"})
+        assert missing.is_error and "ada@example.com" not in json.dumps(missing.model_dump()), missing
     for mode in ("off", "manual"):
         (tmp_path / mode).mkdir()
         async with client_for(data_dir, tmp_path / mode, pii={"mode": mode}) as client:

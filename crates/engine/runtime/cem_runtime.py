@@ -483,7 +483,8 @@ class _ServersFinder:
             try:
                 _host("wrappers", {"server": server}, "import " + name)
             except ToolError as e:
-                raise ModuleNotFoundError(f"No module named {name!r}: {e.message}", name=name) from None
+                # No `name=`: `from servers import x` would drop the reason with it.
+                raise ModuleNotFoundError(f"No module named {name!r}: {e.message}") from None
             cls.asked.add(server)  # asked once; a failure is asked again on the next import
             importlib.invalidate_caches()
         return None  # the package's own path finds the module

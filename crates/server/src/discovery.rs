@@ -30,6 +30,13 @@ pub struct CatalogService {
     /// The skill store's generation the current catalog was built from.
     skills_seen: std::sync::Mutex<String>,
     current: RwLock<Option<Arc<Built>>>,
+    /// Set by [`CatalogService::watch_changes`] (the MCP server): only then
+    /// is a search's wait for slow servers bounded, since only then does
+    /// their late answer rebuild the catalog. The CLI waits for them all.
+    watching: std::sync::atomic::AtomicBool,
+    /// One wrapper writer at a time: two would race on the files, and one
+    /// writing fewer servers would prune what the other just wrote.
+    wrappers_lock: tokio::sync::Mutex<()>,
 }
 
 impl CatalogService {
@@ -46,6 +53,8 @@ impl CatalogService {
             skills,
             skills_seen: std::sync::Mutex::new(String::new()),
             current: RwLock::new(None),
+            watching: std::sync::atomic::AtomicBool::new(false),
+            wrappers_lock: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -79,6 +88,7 @@ impl CatalogService {
             .tools(&name, false)
             .await
             .map_err(|e| format!("cannot list the tools of '{name}': {e}"))?;
+        let _writing = self.wrappers_lock.lock().await;
         let entries: Vec<Entry> = self
             .manager
             .servers()
@@ -93,11 +103,16 @@ impl CatalogService {
             .chain(std::iter::once((name.clone(), tools)))
             .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
             .collect();
-        self.write_wrappers(entries).await;
+        self.write_wrappers_locked(entries).await;
         Ok(name)
     }
 
     async fn write_wrappers(&self, entries: Vec<Entry>) {
+        let _writing = self.wrappers_lock.lock().await;
+        self.write_wrappers_locked(entries).await;
+    }
+
+    async fn write_wrappers_locked(&self, entries: Vec<Entry>) {
         let Some(dir) = self.wrappers_dir.clone() else {
             return;
         };
@@ -219,6 +234,8 @@ impl CatalogService {
 
     /// Invalidates the catalog whenever an upstream announces new tools.
     pub fn watch_changes(self: &Arc<Self>) {
+        self.watching
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let weak = Arc::downgrade(self);
         let changed = self.manager.changed();
         tokio::spawn(async move {
@@ -245,38 +262,59 @@ impl CatalogService {
     ) -> Vec<(String, Result<Vec<cem_upstream::Tool>, String>)> {
         let manager = self.manager.clone();
         let mut listing = tokio::spawn(async move { manager.all_tools(refresh).await });
-        match tokio::time::timeout(LIST_WAIT, &mut listing).await {
-            Ok(Ok(results)) => results
-                .into_iter()
-                .map(|(server, r)| (server, r.map_err(|e| e.to_string())))
-                .collect(),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the tool listing task failed");
-                Vec::new()
-            }
-            Err(_) => {
-                let changed = self.manager.changed();
-                tokio::spawn(async move {
-                    let _ = listing.await;
-                    // As a tools/list_changed would: the catalog is rebuilt.
-                    changed.notify_one();
-                });
-                self.manager
-                    .servers()
-                    .filter(|u| !u.config.disabled)
-                    .map(|u| {
-                        let name = u.config.name.clone();
-                        let tools = self.manager.known_tools(&name).ok_or_else(|| {
-                            format!(
-                                "still starting after {} s; its tools join the catalog when it answers: search again shortly",
-                                LIST_WAIT.as_secs()
-                            )
-                        });
-                        (name, tools)
-                    })
-                    .collect()
-            }
+        let bounded = self.watching.load(std::sync::atomic::Ordering::SeqCst);
+        let waited = if bounded {
+            tokio::time::timeout(LIST_WAIT, &mut listing).await.ok()
+        } else {
+            Some((&mut listing).await)
+        };
+        if let Some(done) = waited {
+            return match done {
+                Ok(results) => results
+                    .into_iter()
+                    .map(|(server, r)| (server, r.map_err(|e| e.to_string())))
+                    .collect(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the tool listing task failed");
+                    Vec::new()
+                }
+            };
         }
+        let partial: Vec<(String, Result<Vec<cem_upstream::Tool>, String>)> = self
+            .manager
+            .servers()
+            .filter(|u| !u.config.disabled)
+            .map(|u| {
+                let name = u.config.name.clone();
+                let tools = match (self.manager.known_tools(&name), u.status()) {
+                    (Some(tools), _) => Ok(tools),
+                    (None, cem_upstream::ServerStatus::Failed(e)) => Err(e),
+                    (None, _) => Err(format!(
+                        "still starting after {} s; its tools join the catalog when it answers: search again shortly",
+                        LIST_WAIT.as_secs()
+                    )),
+                };
+                (name, tools)
+            })
+            .collect();
+        let pending: Vec<String> = partial
+            .iter()
+            .filter(|(_, r)| r.is_err())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let changed = self.manager.changed();
+        tokio::spawn(async move {
+            // As a tools/list_changed would, when a pending server has
+            // answered since (one that failed stays reported as failed).
+            if let Ok(results) = listing.await
+                && results
+                    .iter()
+                    .any(|(name, r)| r.is_ok() && pending.contains(name))
+            {
+                changed.notify_one();
+            }
+        });
+        partial
     }
 
     async fn build(&self, refresh: bool) -> Built {

@@ -79,7 +79,15 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
         shown.clone()
     };
     let reader = state.clone();
-    let content = blocking(move || Ok(reader.workspace.read_text(&filename)?)).await?;
+    let content = match blocking(move || Ok(reader.workspace.read_text(&filename)?)).await {
+        Ok(content) => content,
+        // The error quotes the restored name: the model sees it as tokens.
+        Err(e) if crate::privacy::automatic(&state.config.pii) => {
+            let shown = session.vault().tokenize(&e.0, &state.config.pii.types);
+            return Err(super::ToolFailure(shown.text));
+        }
+        Err(e) => return Err(e),
+    };
     let size = content.len();
     // Code may have written real personal data to the file: in automatic
     // mode the model sees tokens here too.
