@@ -61,18 +61,25 @@ impl CatalogService {
     /// Writes wrappers for the tools known from the disk cache, without
     /// starting any upstream (called at start-up).
     pub async fn write_cached_wrappers(&self) {
-        let entries: Vec<Entry> = self
-            .manager
+        let _writing = self.wrappers_lock.lock().await;
+        self.write_wrappers_locked(self.listed_entries()).await;
+    }
+
+    /// Every enabled server's tools read so far (this run's lists, else the
+    /// disk cache), asking no server.
+    fn listed_entries(&self) -> Vec<Entry> {
+        self.manager
             .servers()
             .filter(|u| !u.config.disabled)
             .filter_map(|u| {
+                let name = &u.config.name;
                 self.manager
-                    .cached_tools(&u.config.name)
-                    .map(|tools| (u.config.name.clone(), tools))
+                    .known_tools(name)
+                    .or_else(|| self.manager.cached_tools(name))
+                    .map(|tools| (name.clone(), tools))
             })
             .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
-            .collect();
-        self.write_wrappers(entries).await;
+            .collect()
     }
 
     /// Code imported `servers.<server>` before any wrappers of it were
@@ -83,27 +90,13 @@ impl CatalogService {
     pub async fn ensure_wrappers(&self, server: &str) -> Result<String, String> {
         let upstream = self.manager.get(server).map_err(|e| e.to_string())?;
         let name = upstream.config.name.clone();
-        let tools = self
-            .manager
+        // Listing it keeps its tools in memory, where listed_entries finds them.
+        self.manager
             .tools(&name, false)
             .await
             .map_err(|e| format!("cannot list the tools of '{name}': {e}"))?;
         let _writing = self.wrappers_lock.lock().await;
-        let entries: Vec<Entry> = self
-            .manager
-            .servers()
-            .filter(|u| !u.config.disabled && u.config.name != name)
-            .filter_map(|u| {
-                let other = &u.config.name;
-                self.manager
-                    .known_tools(other)
-                    .or_else(|| self.manager.cached_tools(other))
-                    .map(|tools| (other.clone(), tools))
-            })
-            .chain(std::iter::once((name.clone(), tools)))
-            .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
-            .collect();
-        self.write_wrappers_locked(entries).await;
+        self.write_wrappers_locked(self.listed_entries()).await;
         Ok(name)
     }
 
