@@ -292,6 +292,55 @@ mod tests {
         assert!(module.contains("arguments[\"class\"] = class_"));
         Ok(())
     }
+
+    /// Two processes (the CLI and `serve`) may write the same wrappers at
+    /// once: no writer fails and every file is one writer's whole version.
+    #[test]
+    fn concurrent_writers_neither_fail_nor_tear() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let versions: Vec<Entry> = ["first version", "second version"]
+            .iter()
+            .map(|d| Entry {
+                description: d.repeat(500),
+                ..entry()
+            })
+            .collect();
+        std::thread::scope(|scope| {
+            let writers: Vec<_> = (0..4)
+                .map(|w| {
+                    let (versions, out) = (&versions, dir.path());
+                    scope.spawn(move || -> std::io::Result<()> {
+                        for i in 0..40 {
+                            write_wrappers(&[&versions[(w + i) % 2]], out, &mut |_, _| {})?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for w in writers {
+                match w.join() {
+                    Ok(written) => written?,
+                    Err(_) => return Err("a writer panicked".into()),
+                }
+            }
+            Ok::<(), Box<dyn std::error::Error>>(())
+        })?;
+        let server = dir.path().join("servers").join("everything");
+        let module = std::fs::read_to_string(server.join("get_sum.py"))?;
+        assert!(
+            versions.iter().any(|v| wrapper_module(v) == module),
+            "a torn wrapper: {module}"
+        );
+        let stub_file = std::fs::read_to_string(server.join("get_sum.pyi"))?;
+        assert!(versions.iter().any(|v| stub(v) == stub_file));
+        let leftovers: Vec<_> = std::fs::read_dir(&server)?
+            .flatten()
+            .map(|f| f.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".gen-"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+        Ok(())
+    }
 }
 
 /// What [`write_wrappers`] did.
@@ -363,8 +412,10 @@ pub fn write_wrappers(
         write_if_changed(&dir.join("__init__.py"), &init, &mut stats)?;
         for old in std::fs::read_dir(&dir)?.flatten() {
             let name = old.file_name().to_string_lossy().into_owned();
-            if !keep.contains(&name) && (name.ends_with(".py") || name.ends_with(".pyi")) {
-                std::fs::remove_file(old.path())?;
+            if !keep.contains(&name)
+                && (name.ends_with(".py") || name.ends_with(".pyi"))
+                && remove_generated(&old.path(), false)?
+            {
                 stats.removed += 1;
             }
         }
@@ -374,8 +425,10 @@ pub fn write_wrappers(
     // Servers no longer configured: remove the directories we generated.
     for old in std::fs::read_dir(&root)?.flatten() {
         let name = old.file_name().to_string_lossy().into_owned();
-        if old.path().join(MARKER).is_file() && !by_server.contains_key(&name) {
-            std::fs::remove_dir_all(old.path())?;
+        if old.path().join(MARKER).is_file()
+            && !by_server.contains_key(&name)
+            && remove_generated(&old.path(), true)?
+        {
             stats.removed += 1;
         }
     }
@@ -390,9 +443,35 @@ fn write_if_changed(
     if std::fs::read_to_string(path).ok().as_deref() == Some(content) {
         return Ok(());
     }
-    let tmp = path.with_extension("tmp-gen");
-    std::fs::write(&tmp, content)?;
-    std::fs::rename(&tmp, path)?;
+    // A temporary name of its own in the same directory, then a rename:
+    // readers (a sandbox importing the module) see the old file or the new
+    // one, and another process writing the same wrappers (the CLI while
+    // `serve` runs) cannot interleave with this one.
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".gen-")
+        // World-readable like the runtime: the sandbox may run as another uid.
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)?;
+    tmp.write_all(content.as_bytes())?;
+    tmp.persist(path).map_err(|e| e.error)?;
     stats.written += 1;
     Ok(())
+}
+
+/// Removes a generated file or directory; one already gone (removed by
+/// another process pruning the same wrappers) is not an error.
+fn remove_generated(path: &std::path::Path, dir: bool) -> std::io::Result<bool> {
+    let removed = if dir {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    match removed {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }

@@ -52,10 +52,14 @@ pub fn load(dir: &Path, server: &ServerConfig) -> Option<Vec<Tool>> {
 pub fn store(dir: &Path, server: &ServerConfig, tools: &[Tool]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let target = path(dir, server);
-    let tmp = target.with_extension(format!("tmp.{}", std::process::id()));
     let body = serde_json::json!({"server": server.name, "tools": tools});
-    std::fs::write(&tmp, serde_json::to_vec(&body)?)?;
-    std::fs::rename(tmp, target)
+    // A temporary name of its own, then a rename: two tasks (or processes)
+    // storing the same server's list cannot interleave.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tools-")
+        .tempfile_in(dir)?;
+    std::io::Write::write_all(&mut tmp, &serde_json::to_vec(&body)?)?;
+    tmp.persist(target).map(drop).map_err(|e| e.error)
 }
 
 /// Removes every cached list (for `tools refresh`).
