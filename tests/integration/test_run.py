@@ -72,7 +72,8 @@ def test_servers_import_on_a_fresh_data_dir_with_and_without_sandbox(base: list[
     body = ("from servers.git import git_log\nfrom servers.everything import echo\n"
             "import servers, sys\nprint(echo(message='hi'))\nprint('Commit:' in str(git_log(repo_path=sys.argv[1], max_count=1)))\n"
             "print(servers.__path__[0] == '/servers')\n"
-            "try:\n    import servers.nope\nexcept ModuleNotFoundError as e:\n    print(e)\n")
+            "try:\n    import servers.nope\nexcept ModuleNotFoundError as e:\n    print(e)\n"
+            "try:\n    from servers.Everything import echo\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     for extra in (["--no-sandbox"], []):
         fresh = list(base)
         fresh[fresh.index("--data-dir") + 1] = str(tmp_path / f"data-{len(extra)}")
@@ -82,3 +83,5 @@ def test_servers_import_on_a_fresh_data_dir_with_and_without_sandbox(base: list[
         assert "hi" in lines[0] and lines[1] == "True", out.stdout
         assert lines[2] == ("False" if extra else "True")
         assert "servers.nope" in lines[3] and "nope" in lines[3].split(":", 1)[1], lines[3]
+        # Another spelling of a configured server names the module to import instead.
+        assert "'servers.Everything'" in lines[4] and "'servers.everything'" in lines[4], lines[4]

@@ -481,10 +481,18 @@ class _ServersFinder:
             # No wrappers yet (nothing searched since the server was
             # configured): the host lists its tools and writes them.
             try:
-                _host("wrappers", {"server": server}, "import " + name)
+                found = _host("wrappers", {"server": server}, "import " + name)
             except ToolError as e:
                 # No `name=`: `from servers import x` would drop the reason with it.
                 raise ModuleNotFoundError(f"No module named {name!r}: {e.message}") from None
+            module = (found or {}).get("module") or server
+            if module != server:
+                # The host matched another spelling (GitHub -> github,
+                # sequential-thinking -> sequential_thinking).
+                raise ModuleNotFoundError(
+                    f"No module named {name!r}: the server {found.get('server')!r} is imported as "
+                    f"'servers.{module}' (module names are lowercase, with '_' for '-')"
+                )
             cls.asked.add(server)  # asked once; a failure is asked again on the next import
             importlib.invalidate_caches()
         return None  # the package's own path finds the module

@@ -62,7 +62,10 @@ impl Bridge for ToolBridge {
         Box::pin(async move {
             let server = arguments["server"].as_str().unwrap_or_default();
             let written = state.catalog.ensure_wrappers(server).await?;
-            Ok(json!({"server": written}))
+            // The package the wrappers are in: `GitHub` finds the server
+            // `github`, whose module is `servers.github`.
+            let module = cem_catalog::python::alias(&written);
+            Ok(json!({"server": written, "module": module}))
         })
     }
 
