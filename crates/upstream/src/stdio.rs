@@ -98,14 +98,13 @@ impl Transport<RoleClient> for ChildTransport {
         let Some(group) = self.group else {
             return closed;
         };
-        let exited = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child))
-            .await
-            .is_ok();
+        let _ = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child)).await;
         signal_group(group, Signal::SIGTERM);
-        if !exited
-            && tokio::time::timeout(TERM_GRACE, wait_exit(&mut self.child))
-                .await
-                .is_err()
+        // Whatever still runs in the group after the grace (the server, or
+        // a child of a server that exited on its own) is killed.
+        if tokio::time::timeout(TERM_GRACE, wait_group(group))
+            .await
+            .is_err()
         {
             signal_group(group, Signal::SIGKILL);
         }
@@ -136,6 +135,43 @@ async fn wait_exit(child: &mut Child) {
             _ => return,
         }
     }
+}
+
+/// Resolves when no process of `group` runs any more (its exited leader,
+/// not reaped yet, does not count).
+async fn wait_group(group: Pid) {
+    while group_runs(group) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether a process of `group` is running (not a zombie), from `/proc`.
+/// Without `/proc` to tell, it is assumed to run: the caller then kills the
+/// group after its grace.
+fn group_runs(group: Pid) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        if !name
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return false;
+        }
+        // Fields after the command (which may hold spaces and parentheses):
+        // state, ppid, pgrp.
+        std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            let mut fields = stat
+                .rsplit_once(')')
+                .map_or("", |(_, rest)| rest)
+                .split_whitespace();
+            let state = fields.next();
+            let pgrp = fields.nth(1).and_then(|p| p.parse::<i32>().ok());
+            pgrp == Some(group.as_raw()) && state != Some("Z") && state != Some("X")
+        })
+    })
 }
 
 /// The child's stdout, counting the bytes of the line being read.

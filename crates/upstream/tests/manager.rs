@@ -114,14 +114,14 @@ fn alive(pid: i32) -> bool {
     })
 }
 
-#[tokio::test]
-async fn shutdown_stops_a_stubborn_server_and_what_it_started()
--> Result<(), Box<dyn std::error::Error>> {
+/// Starts the fault server with `variable` naming a file where it writes
+/// its pid and its child's, calls it, and checks that both stop at shutdown.
+async fn shutdown_stops_the_group(variable: &str) -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let pidfile = dir.path().join("pids");
     let mut env = std::collections::BTreeMap::new();
     env.insert(
-        "FAULT_STUBBORN_PIDFILE".to_string(),
+        variable.to_string(),
         cem_config::Secret::new(pidfile.display().to_string()),
     );
     let (config, cache) = fault_server_with(env)?;
@@ -133,8 +133,6 @@ async fn shutdown_stops_a_stubborn_server_and_what_it_started()
         .collect::<Result<_, _>>()?;
     assert_eq!(pids.len(), 2);
     assert!(pids.iter().all(|&p| alive(p)), "server and its child run");
-    // The server ignores the end of its input and SIGTERM: it is killed;
-    // its child is stopped with it.
     manager.shutdown().await;
     for _ in 0..50 {
         if !pids.iter().any(|&p| alive(p)) {
@@ -143,4 +141,19 @@ async fn shutdown_stops_a_stubborn_server_and_what_it_started()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Err(format!("still running after shutdown: {pids:?}").into())
+}
+
+/// The server ignores the end of its input and SIGTERM: it is killed; its
+/// child is stopped with it.
+#[tokio::test]
+async fn shutdown_stops_a_stubborn_server_and_what_it_started()
+-> Result<(), Box<dyn std::error::Error>> {
+    shutdown_stops_the_group("FAULT_STUBBORN_PIDFILE").await
+}
+
+/// The server exits at the end of its input, but its child ignores
+/// SIGTERM: the child is killed all the same.
+#[tokio::test]
+async fn shutdown_kills_what_a_server_leaves_behind() -> Result<(), Box<dyn std::error::Error>> {
+    shutdown_stops_the_group("FAULT_ORPHAN_PIDFILE").await
 }

@@ -3,8 +3,9 @@
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
 answers late; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
-SIGTERM and the end of its input, and writes both pids to that file; FAULT_START_DELAY (seconds)
-makes it slow to start.
+SIGTERM and the end of its input, and writes both pids to that file; with FAULT_ORPHAN_PIDFILE set,
+it exits at the end of its input but its child ignores SIGTERM; FAULT_START_DELAY (seconds) makes
+it slow to start.
 """
 
 import asyncio
@@ -73,5 +74,14 @@ if __name__ == "__main__":
             f.write(f"{os.getpid()} {child.pid}")
         server.run()
         time.sleep(600)
+    elif os.environ.get("FAULT_ORPHAN_PIDFILE"):
+        # A server that exits at the end of its input but leaves behind a
+        # child that ignores SIGTERM.
+        import subprocess
+
+        child = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 600"])
+        with open(os.environ["FAULT_ORPHAN_PIDFILE"], "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+        server.run()
     else:
         server.run()
