@@ -90,7 +90,12 @@ impl Transport<RoleClient> for ChildTransport {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        let closed = self.inner.close().await;
+        // Closing takes the writer, which a request being written holds: one
+        // blocked on a server that stopped reading its input would hold it
+        // for ever. Bounded, the signals below unblock that write.
+        let closed = tokio::time::timeout(EXIT_GRACE, self.inner.close()).await;
+        let input_closed = closed.is_ok();
+        let closed = closed.unwrap_or(Ok(()));
         // The end of its stdin asks the server to exit; one that ignores it
         // gets SIGTERM, then SIGKILL. Either way the rest of its group (what
         // it started and left behind) gets SIGTERM, while the group id is
@@ -98,7 +103,9 @@ impl Transport<RoleClient> for ChildTransport {
         let Some(group) = self.group else {
             return closed;
         };
-        let _ = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child)).await;
+        if input_closed {
+            let _ = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child)).await;
+        }
         signal_group(group, Signal::SIGTERM);
         // Whatever still runs in the group after the grace (the server, or
         // a child of a server that exited on its own) is killed.

@@ -157,3 +157,31 @@ async fn shutdown_stops_a_stubborn_server_and_what_it_started()
 async fn shutdown_kills_what_a_server_leaves_behind() -> Result<(), Box<dyn std::error::Error>> {
     shutdown_stops_the_group("FAULT_ORPHAN_PIDFILE").await
 }
+
+/// A server that stopped reading its input while a request is being
+/// written to it (the write holds the transport's writer) still stops at
+/// shutdown, within the graces, instead of holding the shutdown forever.
+#[tokio::test]
+async fn shutdown_does_not_wait_for_a_server_that_stopped_reading()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (config, cache) = fault_server()?;
+    let manager = std::sync::Arc::new(Manager::new(&config, cache.path().to_path_buf()));
+    manager.call("fault", "ok", None, None).await?;
+    let mut args = serde_json::Map::new();
+    args.insert("seconds".into(), serde_json::json!(600));
+    let frozen = manager.clone();
+    tokio::spawn(async move { frozen.call("fault", "freeze", Some(args), None).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Requests far larger than a pipe's buffer: one of them blocks in write.
+    for _ in 0..3 {
+        let mut pad = serde_json::Map::new();
+        pad.insert("pad".into(), serde_json::json!("x".repeat(4 << 20)));
+        let blocked = manager.clone();
+        tokio::spawn(async move { blocked.call("fault", "ok", Some(pad), None).await });
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::timeout(Duration::from_secs(15), manager.shutdown())
+        .await
+        .map_err(|_| "shutdown still waits for the frozen server after 15 s")?;
+    Ok(())
+}

@@ -1,7 +1,7 @@
 """A fault-injection MCP server (Python SDK 1.x FastMCP) for the upstream tests.
 
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
-answers late; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
+answers late; freeze(seconds) blocks the server, which stops reading its input; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
 SIGTERM and the end of its input, and writes both pids to that file; with FAULT_ORPHAN_PIDFILE set,
 it exits at the end of its input but its child ignores SIGTERM; FAULT_START_DELAY (seconds) makes
@@ -33,6 +33,15 @@ async def sleep(seconds: float) -> str:
     """Answers after `seconds`."""
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@server.tool()
+def freeze(seconds: float) -> str:
+    """Blocks the whole server (it stops reading its input) for `seconds`."""
+    import time
+
+    time.sleep(seconds)
+    return "thawed"
 
 
 @server.tool()
