@@ -122,8 +122,37 @@ fn emails(text: &str, found: &mut Vec<Entity>) {
     });
     for m in EMAIL.find_iter(text) {
         if bounded(text, m.start(), m.end(), ".-+") {
-            found.push(Entity::new(Kind::Email, m.start(), m.end()));
+            found.push(Entity::new(
+                Kind::Email,
+                m.start(),
+                without_extension(m.as_str(), m.start()),
+            ));
         }
+    }
+}
+
+/// File extensions that are no top-level domain: in `ana@example.com.csv`
+/// (a file named after an address) the address ends before them, so the
+/// model still sees `[EMAIL_1].csv`. (`.zip`, `.md`, `.py` and `.rs` are
+/// domains too, and stay part of the address.)
+const FILE_EXTENSIONS: &[&str] = &[
+    "bak", "csv", "dat", "doc", "docx", "eml", "gif", "gz", "htm", "html", "ics", "jpeg", "jpg",
+    "json", "jsonl", "log", "msg", "parquet", "pdf", "png", "pptx", "tar", "tgz", "tmp", "tsv",
+    "txt", "vcf", "xls", "xlsx", "xml", "yaml", "yml",
+];
+
+/// Where the address `found` (at `start`) ends once a file extension after
+/// its domain is left out.
+fn without_extension(found: &str, start: usize) -> usize {
+    let end = start + found.len();
+    let Some((address, last)) = found.rsplit_once('.') else {
+        return end;
+    };
+    let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
+    if domain.contains('.') && FILE_EXTENSIONS.contains(&last.to_ascii_lowercase().as_str()) {
+        start + address.len()
+    } else {
+        end
     }
 }
 
@@ -247,6 +276,15 @@ mod tests {
             kinds("mail ana.b+x@mail.example.co.uk."),
             [(Kind::Email, "ana.b+x@mail.example.co.uk")]
         );
+        assert_eq!(
+            kinds("files ana@example.com.txt, bo@corp.co.uk.CSV; me@x.example.zip"),
+            [
+                (Kind::Email, "ana@example.com"),
+                (Kind::Email, "bo@corp.co.uk"),
+                (Kind::Email, "me@x.example.zip")
+            ]
+        );
+        assert_eq!(kinds("to ana@mail.json"), [(Kind::Email, "ana@mail.json")]);
         assert_eq!(kinds("SSN 123-45-6789"), [(Kind::Ssn, "123-45-6789")]);
         assert_eq!(
             kinds("card 4111 1111 1111 1111"),
