@@ -117,7 +117,7 @@ async def test_modes_off_and_manual_and_the_workspace_reader(data_dir: Path, tmp
         listed = (await client.call_tool("list_workspace_files", {})).structured_content
         assert "grace.hopper" not in json.dumps(listed)
         name = next(f["path"] for f in listed["files"] if f["type"] == "file" and "EMAIL" in f["path"])
-        assert name == "out/[EMAIL_2]", name  # ".txt" could end a domain: the token takes it
+        assert name == "out/[EMAIL_2].txt", name  # .txt is no domain: the type stays visible
         read = (await client.call_tool("read_workspace_file", {"filename": name})).structured_content
         assert read["content"] == "hi" and read["filename"] == name
         # A token for a file that is not there: the error does not show the real value.

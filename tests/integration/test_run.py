@@ -85,3 +85,30 @@ def test_servers_import_on_a_fresh_data_dir_with_and_without_sandbox(base: list[
         assert "servers.nope" in lines[3] and "nope" in lines[3].split(":", 1)[1], lines[3]
         # Another spelling of a configured server names the module to import instead.
         assert "'servers.Everything'" in lines[4] and "'servers.everything'" in lines[4], lines[4]
+
+
+def test_first_imports_from_many_threads_at_once(base: list[str], tmp_path: Path):
+    # A fresh data directory: every thread's import asks the host for wrappers at the same
+    # time; each gets its module, and the servers' wrappers do not prune each other.
+    body = (
+        "import importlib, threading\n"
+        "got = []\n"
+        "def load(i):\n"
+        "    name = 'servers.everything' if i % 2 else 'servers.git'\n"
+        "    try:\n"
+        "        got.append(importlib.import_module(name).__name__)\n"
+        "    except Exception as e:\n"
+        "        got.append(repr(e))\n"
+        "threads = [threading.Thread(target=load, args=(i,)) for i in range(8)]\n"
+        "for t in threads: t.start()\n"
+        "for t in threads: t.join()\n"
+        "print(sorted(got))\n"
+        "from servers.everything import echo\n"
+        "from servers.git import git_status\n"
+        "print(echo(message='still here'))\n"
+    )
+    out = run_cli(*base, "run", script(tmp_path, body), timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(sorted(["servers.everything"] * 4 + ["servers.git"] * 4)), out.stdout
+    assert "still here" in lines[1]

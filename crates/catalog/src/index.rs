@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::entry::Entry;
-use crate::text::{edit_distance, terms};
+use crate::text::{edit_distance, name_words, terms};
 
 /// Field weights: a word in a tool's name says far more than one in its
 /// description.
@@ -20,6 +20,10 @@ const PREFIX_FACTOR: f32 = 0.6;
 /// read_text_file") ranks below its replacement, unless the query asks for
 /// deprecated tools.
 const DEPRECATED_FACTOR: f32 = 0.5;
+/// Each query word found in a tool's name as written, before stemming,
+/// adds this share to its score: "read a file" prefers `read_text_file` to
+/// `read_multiple_files`, which the stemmer alone cannot tell apart.
+const EXACT_NAME_BONUS: f32 = 0.15;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
 
@@ -42,6 +46,8 @@ pub struct Catalog {
     avg_length: f32,
     /// Entries whose description says they are deprecated.
     deprecated: Vec<bool>,
+    /// Each entry's name words as written (lowercase, not stemmed).
+    exact_names: Vec<Vec<String>>,
 }
 
 impl Catalog {
@@ -82,6 +88,7 @@ impl Catalog {
             .iter()
             .map(|e| e.description.to_ascii_lowercase().contains("deprecated"))
             .collect();
+        let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
         let avg_length = if lengths.is_empty() {
             1.0
         } else {
@@ -101,6 +108,7 @@ impl Catalog {
             lengths,
             avg_length: avg_length.max(1.0),
             deprecated,
+            exact_names,
         }
     }
 
@@ -173,11 +181,17 @@ impl Catalog {
             }
         }
         let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
+        let query_words = name_words(query);
         let mut hits: Vec<Hit> = scores
             .into_iter()
             .filter(|(doc, _)| in_category(*doc as usize))
             .map(|(doc, score)| {
                 let index = doc as usize;
+                let exact = query_words
+                    .iter()
+                    .filter(|w| self.exact_names[index].contains(w))
+                    .count();
+                let score = score * (1.0 + EXACT_NAME_BONUS * exact as f32);
                 let demoted = self.deprecated[index] && !wants_deprecated;
                 Hit {
                     index,
@@ -317,6 +331,43 @@ mod tests {
         ]);
         assert_eq!(top(&c, "read a file"), "read_text_file");
         assert_eq!(top(&c, "deprecated read file"), "read_file");
+    }
+
+    /// server-filesystem's own descriptions: the stemmer makes "file" and
+    /// "files" one term, the name as written tells them apart.
+    #[test]
+    fn a_name_word_as_written_breaks_the_tie() {
+        let c = Catalog::new(vec![
+            entry(
+                "filesystem",
+                "read_text_file",
+                "Read the complete contents of a file from the file system as text. Handles \
+                 various text encodings and provides detailed error messages if the file cannot \
+                 be read. Use this tool when you need to examine the contents of a single file. \
+                 Use the 'head' parameter to read only the first N lines of a file, or the 'tail' \
+                 parameter to read only the last N lines of a file. Operates on the file as text \
+                 regardless of extension. Only works within allowed directories.",
+            ),
+            entry(
+                "filesystem",
+                "read_multiple_files",
+                "Read the contents of multiple files simultaneously. This is more efficient than \
+                 reading files one by one when you need to analyze or compare multiple files. \
+                 Each file's content is returned with its path as a reference. Failed reads for \
+                 individual files won't stop the entire operation. Only works within allowed \
+                 directories.",
+            ),
+            entry(
+                "filesystem",
+                "read_media_file",
+                "Read a file and return it as a base64-encoded content block with its MIME type. \
+                 Image and audio files are returned as image/audio content; any other file type \
+                 is returned as an embedded resource. Only works within allowed directories.",
+            ),
+        ]);
+        assert_eq!(top(&c, "read a file"), "read_text_file");
+        assert_eq!(top(&c, "read files"), "read_multiple_files");
+        assert_eq!(top(&c, "read an image file"), "read_media_file");
     }
 
     #[test]

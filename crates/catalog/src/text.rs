@@ -42,10 +42,14 @@ fn flush(current: &mut String, words: &mut Vec<String>) {
 
 /// Search terms of `text`: split, stop words dropped, stemmed.
 pub fn terms(text: &str) -> Vec<String> {
+    name_words(text).into_iter().map(|w| stem(&w)).collect()
+}
+
+/// Words of `text` as written (lowercase), stop words dropped.
+pub fn name_words(text: &str) -> Vec<String> {
     split_words(text)
         .into_iter()
         .filter(|w| !STOP.contains(&w.as_str()))
-        .map(|w| stem(&w))
         .collect()
 }
 
