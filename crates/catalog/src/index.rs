@@ -181,17 +181,11 @@ impl Catalog {
             }
         }
         let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
-        let query_words = name_words(query);
         let mut hits: Vec<Hit> = scores
             .into_iter()
             .filter(|(doc, _)| in_category(*doc as usize))
             .map(|(doc, score)| {
                 let index = doc as usize;
-                let exact = query_words
-                    .iter()
-                    .filter(|w| self.exact_names[index].contains(w))
-                    .count();
-                let score = score * (1.0 + EXACT_NAME_BONUS * exact as f32);
                 let demoted = self.deprecated[index] && !wants_deprecated;
                 Hit {
                     index,
@@ -203,6 +197,7 @@ impl Catalog {
                 }
             })
             .collect();
+        self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
         hits.sort_by(|a, b| {
             b.score
                 .partial_cmp(&a.score)
@@ -211,6 +206,32 @@ impl Catalog {
         });
         hits.truncate(limit);
         hits
+    }
+
+    /// Raises each hit's score by [`EXACT_NAME_BONUS`] per query word its
+    /// name holds as written. Only for hits that could still reach the best
+    /// `limit`: comparing words for every hit of a common word in a large
+    /// catalog cost more than the rest of the search.
+    fn add_exact_name_bonus(&self, hits: &mut [Hit], words: &[String], limit: usize) {
+        if words.is_empty() || limit == 0 {
+            return;
+        }
+        let most = 1.0 + EXACT_NAME_BONUS * words.len() as f32;
+        // The `limit`-th best score before the bonus: a hit below it even at
+        // the largest bonus stays out of the results, the bonus or not.
+        let floor = if hits.len() > limit {
+            let mut scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
+            *scores
+                .select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a))
+                .1
+        } else {
+            0.0
+        };
+        for hit in hits.iter_mut().filter(|h| h.score * most >= floor) {
+            let names = &self.exact_names[hit.index];
+            let exact = words.iter().filter(|w| names.contains(w)).count();
+            hit.score *= 1.0 + EXACT_NAME_BONUS * exact as f32;
+        }
     }
 
     /// Finds an entry by `name`, `category.name` or `category__name`, with
