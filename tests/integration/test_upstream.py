@@ -78,10 +78,21 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         assert d["python"]["signature"] == "def get_sum(*, a: float, b: float) -> Any"
         assert d["python"]["import"] == "from servers.everything import get_sum"
         assert d["python"]["example"] == "get_sum(a=1.0, b=1.0)"
-        by_category = await call(client, "get_tool_definition", {"tool_name": "git_log", "category": "git"})
+        by_category = await call(client, "get_tool_definition", {"tool_name": "git_log", "category": "git", "schemas": True})
         assert by_category["input_schema"]["properties"]["repo_path"]["type"] == "string"
-        structured = await call(client, "get_tool_definition", {"tool_name": "everything__get-structured-content"})
+        structured = await call(client, "get_tool_definition", {"tool_name": "everything__get-structured-content",
+                                                                "schemas": True})
         assert "output_schema" in structured
+        # Without schemas: true, the schemas are shown as Python types, nested objects as TypedDicts.
+        typed = await call(client, "get_tool_definition", {"tool_name": "memory.create_entities"})
+        assert "input_schema" not in typed and "output_schema" not in typed, typed
+        assert typed["python"]["signature"] == "def create_entities(*, entities: list[Entity]) -> CreateEntitiesResult"
+        namespace: dict = {}
+        exec("from typing import NotRequired, TypedDict\n" + typed["python"]["types"], namespace)
+        assert namespace["Entity"].__required_keys__ == {"name", "entityType", "observations"}
+        assert namespace["CreateEntitiesResult"].__annotations__["entities"] == list[namespace["Entity"]]
+        log = await call(client, "get_tool_definition", {"tool_name": "git.git_log"})
+        assert "repo_path" in log["python"]["signature"] and "max_count: " in log["python"]["args"], log
         # The upstream's schemas name their dialect ($schema); definitions leave that noise out.
         raw = json.dumps([json.loads(p.read_text()) for p in (data_dir / "cache" / "tools").glob("everything-*.json")])
         assert '"$schema"' in raw

@@ -12,6 +12,7 @@ mod index;
 pub mod python;
 pub mod registry;
 mod text;
+pub mod typed;
 
 pub use entry::{Entry, EntryKind};
 pub use index::{Catalog, Hit};

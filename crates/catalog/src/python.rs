@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use crate::Entry;
+use crate::typed::Types;
 
 const KEYWORDS: &[&str] = &[
     "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
@@ -41,11 +42,26 @@ pub struct Param {
     pub ty: String,
     pub required: bool,
     pub description: Option<String>,
+    /// Description, default and bounds on one line (empty when none).
+    pub note: String,
+}
+
+/// Whether `word` is a Python keyword.
+pub fn is_keyword(word: &str) -> bool {
+    KEYWORDS.contains(&word)
 }
 
 /// The parameters, required ones first, in schema order.
 pub fn params(entry: &Entry) -> Vec<Param> {
+    typed_params(entry).0
+}
+
+/// The parameters with their types, and the classes (TypedDicts) those
+/// types and the result's use.
+fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
+    let empty = Value::Null;
     let schema = entry.input_schema.as_ref();
+    let mut types = Types::new(schema.unwrap_or(&empty));
     let required: Vec<&str> = schema
         .and_then(|s| s.get("required"))
         .and_then(Value::as_array)
@@ -60,66 +76,63 @@ pub fn params(entry: &Entry) -> Vec<Param> {
                 .map(|(name, prop)| Param {
                     name: name.clone(),
                     alias: alias(name),
-                    ty: py_type(prop),
+                    ty: types.of(prop, name),
                     required: required.contains(&name.as_str()),
                     description: prop
                         .get("description")
                         .and_then(Value::as_str)
                         .map(str::to_string),
+                    note: crate::typed::comment(prop),
                 })
                 .collect()
         })
         .unwrap_or_default();
     out.sort_by_key(|p| !p.required);
-    out
+    (out, types)
 }
 
-/// The Python type of a JSON schema.
-pub fn py_type(schema: &Value) -> String {
-    if let Some(options) = schema
-        .get("anyOf")
-        .or_else(|| schema.get("oneOf"))
-        .and_then(Value::as_array)
-    {
-        let mut types: Vec<String> = options.iter().map(py_type).collect();
-        types.dedup();
-        return types.join(" | ");
-    }
-    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-        let literals: Vec<String> = values.iter().map(|v| v.to_string()).collect();
-        return format!("Literal[{}]", literals.join(", "));
-    }
-    match schema.get("type") {
-        Some(Value::String(t)) => simple_type(t, schema),
-        Some(Value::Array(ts)) => ts
-            .iter()
-            .filter_map(Value::as_str)
-            .map(|t| simple_type(t, schema))
-            .collect::<Vec<_>>()
-            .join(" | "),
-        _ => "Any".to_string(),
+/// The Python type of the tool's result, from its output schema (the
+/// classes it needs are added to `types`); `Any` without one.
+fn result_type(entry: &Entry, types: &mut Types) -> String {
+    match &entry.output_schema {
+        // The output schema's own `$defs` are its references' root.
+        Some(schema) => types.of_rooted(schema, schema, &format!("{}_result", entry.name)),
+        None => "Any".into(),
     }
 }
 
-fn simple_type(t: &str, schema: &Value) -> String {
-    match t {
-        "string" => "str".into(),
-        "integer" => "int".into(),
-        "number" => "float".into(),
-        "boolean" => "bool".into(),
-        "null" => "None".into(),
-        "array" => match schema.get("items") {
-            Some(items) => format!("list[{}]", py_type(items)),
-            None => "list".into(),
-        },
-        "object" => "dict".into(),
-        _ => "Any".into(),
+/// The tool's signature and the `TypedDict`s it names, as Python source.
+pub struct Typed {
+    pub signature: String,
+    /// Class definitions (empty when every type is built in).
+    pub classes: String,
+    /// `name: description; default ...`, a line per argument that has one.
+    pub args: String,
+}
+
+/// The typed signature of a tool with the classes its types use.
+pub fn typed(entry: &Entry) -> Typed {
+    let (params, mut types) = typed_params(entry);
+    let returns = result_type(entry, &mut types);
+    let args: Vec<String> = params
+        .iter()
+        .filter(|p| !p.note.is_empty())
+        .map(|p| format!("{}: {}", p.alias, p.note))
+        .collect();
+    Typed {
+        signature: signature_of(entry, &params, &returns),
+        classes: types.source(),
+        args: args.join("\n"),
     }
 }
 
-/// `def git_log(repo_path: str, max_count: int | None = None) -> Any`
+/// `def git_log(repo_path: str, max_count: int | None = None) -> str`
 pub fn signature(entry: &Entry) -> String {
-    let args: Vec<String> = params(entry)
+    typed(entry).signature
+}
+
+fn signature_of(entry: &Entry, params: &[Param], returns: &str) -> String {
+    let args: Vec<String> = params
         .iter()
         .map(|p| {
             if p.required {
@@ -135,7 +148,7 @@ pub fn signature(entry: &Entry) -> String {
         ""
     };
     format!(
-        "def {}({star}{}) -> Any",
+        "def {}({star}{}) -> {returns}",
         alias(&entry.name),
         args.join(", ")
     )
@@ -163,22 +176,19 @@ fn placeholder(ty: &str) -> &'static str {
     }
 }
 
-fn docstring(entry: &Entry) -> String {
-    let mut doc = entry
-        .description
-        .trim()
-        .replace("\"\"\"", "'''")
-        .replace('\\', "\\\\");
-    let params = params(entry);
+/// Text safe inside a `"""` docstring.
+fn in_docstring(text: &str) -> String {
+    text.replace('\\', "\\\\").replace("\"\"\"", "'''")
+}
+
+/// The description, the arguments and, when the types name classes, their
+/// definitions (a wrapper's reader learns a nested argument's shape there).
+fn docstring(entry: &Entry, params: &[Param], classes: &str) -> String {
+    let mut doc = in_docstring(entry.description.trim());
     if !params.is_empty() {
         doc.push_str("\n\nArgs:");
-        for p in &params {
-            let desc = p
-                .description
-                .as_deref()
-                .unwrap_or("")
-                .replace("\"\"\"", "'''")
-                .replace('\\', "\\\\");
+        for p in params {
+            let desc = in_docstring(p.description.as_deref().unwrap_or(""));
             let opt = if p.required { "" } else { ", optional" };
             doc.push_str(&format!(
                 "\n    {} ({}{opt}): {}",
@@ -188,12 +198,20 @@ fn docstring(entry: &Entry) -> String {
             ));
         }
     }
+    if !classes.is_empty() {
+        doc.push_str("\n\nTypes:\n");
+        for line in in_docstring(classes).lines() {
+            doc.push_str("\n    ");
+            doc.push_str(line);
+        }
+    }
     doc
 }
 
 /// The generated module `servers/<server>/<tool>.py`.
 pub fn wrapper_module(entry: &Entry) -> String {
-    let params = params(entry);
+    let (params, mut types) = typed_params(entry);
+    let returns = result_type(entry, &mut types);
     let fn_name = alias(&entry.name);
     let mut body = String::new();
     body.push_str("    arguments = {}\n");
@@ -209,22 +227,33 @@ pub fn wrapper_module(entry: &Entry) -> String {
     }
     format!(
         "# Generated by code-execution-mcp from the tool's schema; regenerate rather than edit.\n\
+         # Annotations are not evaluated: the TypedDicts they name are in the\n\
+         # docstring and in the .pyi stub.\n\
+         from __future__ import annotations\n\n\
          from typing import Any, Literal\n\n\
          from cem_tools import call_tool\n\n\n\
          {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return call_tool({qualified:?}, arguments)\n\n\n\
          __all__ = [{fn_name:?}]\n",
-        sig = signature(entry),
-        doc = docstring(entry),
+        sig = signature_of(entry, &params, &returns),
+        doc = docstring(entry, &params, &types.source()),
         qualified = format!("{}.{}", entry.category, entry.name),
     )
 }
 
 /// The stub `servers/<server>/<tool>.pyi`.
 pub fn stub(entry: &Entry) -> String {
+    let (params, mut types) = typed_params(entry);
+    let returns = result_type(entry, &mut types);
+    let classes = types.source();
+    let classes = if classes.is_empty() {
+        String::new()
+    } else {
+        format!("{classes}\n\n")
+    };
     format!(
-        "from typing import Any, Literal\n\n{}:\n    \"\"\"{}\n    \"\"\"\n    ...\n",
-        signature(entry),
-        docstring(entry)
+        "from typing import Any, Literal, NotRequired, TypedDict\n\n{classes}{}:\n    \"\"\"{}\n    \"\"\"\n    ...\n",
+        signature_of(entry, &params, &returns),
+        docstring(entry, &params, "")
     )
 }
 
@@ -290,6 +319,63 @@ mod tests {
         assert!(out.success(), "{module}");
         assert!(module.contains("call_tool(\"everything.get-sum\", arguments)"));
         assert!(module.contains("arguments[\"class\"] = class_"));
+        Ok(())
+    }
+
+    /// Runs `code` with /usr/bin/python3 -c `runner` (the code on stdin).
+    fn python_accepts(runner: &str, code: &str) -> Result<bool, Box<dyn std::error::Error>> {
+        use std::io::Write;
+        let mut child = std::process::Command::new("/usr/bin/python3")
+            .args(["-c", runner])
+            .stdin(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(code.as_bytes())?;
+        }
+        Ok(child.wait()?.success())
+    }
+
+    /// Nested arguments and the result are typed with TypedDicts: the stub
+    /// defines them (and runs), the wrapper names them in its signature and
+    /// shows them in its docstring.
+    #[test]
+    fn nested_types_in_stub_and_wrapper() -> Result<(), Box<dyn std::error::Error>> {
+        let e = Entry {
+            name: "add_edges".into(),
+            input_schema: Some(json!({
+                "type": "object",
+                "properties": {"edges": {"type": "array", "items": {"type": "object",
+                    "properties": {"from": {"type": "string"}, "weight": {"type": "number", "default": 1}},
+                    "required": ["from"]}}},
+                "required": ["edges"]
+            })),
+            output_schema: Some(json!({
+                "type": "object",
+                "properties": {"added": {"type": "integer"}},
+                "required": ["added"]
+            })),
+            ..entry()
+        };
+        let typed = typed(&e);
+        assert_eq!(
+            typed.signature,
+            "def add_edges(*, edges: list[Edge]) -> AddEdgesResult"
+        );
+        let stub = stub(&e);
+        let check = "import sys; ns = {}; exec(sys.stdin.read(), ns); \
+                     assert ns['Edge'].__required_keys__ == {'from'}; \
+                     assert ns['Edge'].__optional_keys__ == {'weight'}";
+        assert!(python_accepts(check, &stub)?, "{stub}");
+        let module = wrapper_module(&e);
+        assert!(python_accepts(
+            "import ast, sys; ast.parse(sys.stdin.read())",
+            &module
+        )?);
+        assert!(module.contains("from __future__ import annotations"));
+        assert!(
+            module.contains("    Edge = TypedDict(\"Edge\", {"),
+            "{module}"
+        );
         Ok(())
     }
 

@@ -30,13 +30,14 @@ pub const SEARCH: ToolDef = ToolDef {
 
 pub const DEFINITION: ToolDef = ToolDef {
     name: "get_tool_definition",
-    description: "Full definition of one tool: input/output schema, Python signature, example call.",
+    description: "One tool as Python: typed signature (TypedDicts for nested arguments and the result), import, example.",
     schema: || {
         json!({
             "type": "object",
             "properties": {
                 "tool_name": {"type": "string", "description": "server.tool, or a tool name"},
-                "category": {"type": "string", "description": "The tool's server or category"}
+                "category": {"type": "string", "description": "The tool's server or category"},
+                "schemas": {"type": "boolean", "description": "Add the raw JSON schemas"}
             },
             "required": ["tool_name"]
         })
@@ -135,6 +136,12 @@ fn shown_schema(schema: &Value) -> Value {
 }
 
 fn full(e: &Entry) -> Value {
+    with_schemas(e, true)
+}
+
+/// A tool's name, server and description, and its JSON schemas when
+/// `schemas` (an upstream tool's definition shows them as Python types).
+fn with_schemas(e: &Entry, schemas: bool) -> Value {
     let mut v = json!({
         "name": e.name,
         "server": e.category,
@@ -142,10 +149,10 @@ fn full(e: &Entry) -> Value {
         "description": e.description,
     });
     if let Some(obj) = v.as_object_mut() {
-        if let Some(s) = &e.input_schema {
+        if let Some(s) = e.input_schema.as_ref().filter(|_| schemas) {
             obj.insert("input_schema".into(), shown_schema(s));
         }
-        if let Some(s) = &e.output_schema {
+        if let Some(s) = e.output_schema.as_ref().filter(|_| schemas) {
             obj.insert("output_schema".into(), shown_schema(s));
         }
         if e.kind == EntryKind::Registry {
@@ -159,9 +166,10 @@ fn full(e: &Entry) -> Value {
 }
 
 pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["tool_name", "category"])?;
+    args.only(&["tool_name", "category", "schemas"])?;
     let name = args.string("tool_name")?;
     let category = args.opt_string("category")?;
+    let schemas = args.opt_bool("schemas")?.unwrap_or(false);
     let built = state.catalog.get().await;
     let found = built.catalog.find(&name, category.as_deref());
     let entry = match found.as_slice() {
@@ -189,21 +197,32 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
             )));
         }
     };
-    let mut answer = full(entry);
-    if entry.kind == EntryKind::Upstream
-        && let Some(obj) = answer.as_object_mut()
-    {
+    // Only an upstream tool has a Python rendering to stand for its schemas.
+    let is_upstream = entry.kind == EntryKind::Upstream;
+    let mut answer = with_schemas(entry, schemas || !is_upstream);
+    if is_upstream && let Some(obj) = answer.as_object_mut() {
         let module = python::alias(&entry.category);
         let function = python::alias(&entry.name);
-        obj.insert(
-            "python".into(),
-            json!({
-                "signature": python::signature(entry),
-                "import": format!("from servers.{module} import {function}"),
-                "example": python::example(entry),
-                "call_tool": format!("call_tool({:?}, {{...}})", entry.qualified_name()),
-            }),
-        );
+        let typed = python::typed(entry);
+        let mut python = json!({"signature": typed.signature});
+        if let Some(p) = python.as_object_mut() {
+            if !typed.args.is_empty() {
+                p.insert("args".into(), json!(typed.args));
+            }
+            if !typed.classes.is_empty() {
+                p.insert("types".into(), json!(typed.classes));
+            }
+            p.insert(
+                "import".into(),
+                json!(format!("from servers.{module} import {function}")),
+            );
+            p.insert("example".into(), json!(python::example(entry)));
+            p.insert(
+                "call_tool".into(),
+                json!(format!("call_tool({:?}, {{...}})", entry.qualified_name())),
+            );
+        }
+        obj.insert("python".into(), python);
     }
     if entry.kind == EntryKind::Skill
         && let Some(obj) = answer.as_object_mut()
