@@ -114,10 +114,24 @@ pub struct Typed {
 pub fn typed(entry: &Entry) -> Typed {
     let (params, mut types) = typed_params(entry);
     let returns = result_type(entry, &mut types);
+    // An argument whose name is not an identifier is shown by its alias;
+    // call_tool needs the real key, so that line names it.
     let args: Vec<String> = params
         .iter()
-        .filter(|p| !p.note.is_empty())
-        .map(|p| format!("{}: {}", p.alias, p.note))
+        .filter(|p| !p.note.is_empty() || p.alias != p.name)
+        .map(|p| {
+            let key = if p.alias == p.name {
+                String::new()
+            } else {
+                format!(" (key {:?})", p.name)
+            };
+            let note = if p.note.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", p.note)
+            };
+            format!("{}{key}{note}", p.alias)
+        })
         .collect();
     Typed {
         signature: signature_of(entry, &params, &returns),
@@ -356,6 +370,10 @@ mod tests {
             })),
             ..entry()
         };
+        assert_eq!(
+            typed(&entry()).args,
+            "b: Second\na: First\nclass_ (key \"class\")"
+        );
         let typed = typed(&e);
         assert_eq!(
             typed.signature,

@@ -15,6 +15,10 @@ const MAX_DEPTH: usize = 6;
 /// Classes one tool may define (a schema with hundreds of nested objects is
 /// shown with `dict` past this).
 const MAX_CLASSES: usize = 24;
+/// Schema nodes rendered for one tool: a hostile schema (a `type` list
+/// that repeats `items` a thousand times, at every level) could otherwise
+/// take exponential time and memory. Past it, types are `Any`.
+const MAX_STEPS: usize = 4_000;
 /// Names the rendered module already uses.
 const TAKEN: &[&str] = &[
     "Any",
@@ -42,6 +46,8 @@ pub struct Types {
     /// Each class's fields as rendered, and its name: an object of the same
     /// shape (a tool's result repeating its argument's items) reuses it.
     shapes: Vec<(String, String)>,
+    /// Schema nodes rendered so far (see [`MAX_STEPS`]).
+    steps: usize,
     root: Value,
 }
 
@@ -81,7 +87,8 @@ impl Types {
     }
 
     fn render(&mut self, schema: &Value, hint: &str, depth: usize) -> String {
-        if depth > MAX_DEPTH {
+        self.steps += 1;
+        if depth > MAX_DEPTH || self.steps > MAX_STEPS {
             return "Any".into();
         }
         if let Some(target) = schema.get("$ref").and_then(Value::as_str) {
@@ -101,21 +108,30 @@ impl Types {
             }
             return union(types);
         }
+        // `allOf: [{"$ref": ...}]` is how some generators add a description
+        // to a reference; with more parts, an intersection Python cannot say.
+        if let Some(parts) = schema.get("allOf").and_then(Value::as_array) {
+            return match parts.as_slice() {
+                [one] => self.render(one, hint, depth + 1),
+                _ => "dict".into(),
+            };
+        }
         if let Some(values) = schema.get("enum").and_then(Value::as_array) {
-            let literals: Vec<String> = values.iter().map(Value::to_string).collect();
-            return format!("Literal[{}]", literals.join(", "));
+            return literal(values);
         }
         if let Some(value) = schema.get("const") {
-            return format!("Literal[{value}]");
+            return literal(std::slice::from_ref(value));
         }
         match schema.get("type") {
             Some(Value::String(t)) => self.simple(t, schema, hint, depth),
             Some(Value::Array(ts)) => {
-                let types: Vec<String> = ts
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(|t| self.simple(t, schema, hint, depth))
-                    .collect();
+                let mut types: Vec<String> = Vec::new();
+                for t in ts.iter().filter_map(Value::as_str) {
+                    let t = self.simple(t, schema, hint, depth);
+                    if !types.contains(&t) {
+                        types.push(t);
+                    }
+                }
                 union(types)
             }
             // No type but properties: an object all the same.
@@ -201,30 +217,16 @@ impl Types {
 
     fn reference(&mut self, target: &str, depth: usize) -> String {
         if let Some((_, name)) = self.refs.iter().find(|(r, _)| r == target) {
-            // Recursive, or already rendered: by name (a class defined
-            // later is fine in annotations, which are not evaluated).
+            // Rendered already (its class name), or being rendered: a
+            // recursive reference, shown as `dict`.
             return name.clone();
         }
         let Some(resolved) = resolve(&self.root, target).cloned() else {
             return "Any".into();
         };
         let hint = target.rsplit('/').next().unwrap_or("Item").to_string();
-        let is_object = resolved.get("properties").is_some();
-        if is_object && self.classes.len() >= MAX_CLASSES {
-            return "dict".into();
-        }
-        if is_object {
-            // Known before rendering, so a recursive reference finds it.
-            let title = resolved
-                .get("title")
-                .and_then(Value::as_str)
-                .unwrap_or(&hint)
-                .to_string();
-            let predicted = self.fresh_name(&title);
-            self.refs.push((target.to_string(), predicted));
-        }
+        self.refs.push((target.to_string(), "dict".into()));
         let rendered = self.render(&resolved, &hint, depth + 1);
-        // An object reuses a class of the same shape, under that name.
         self.refs.retain(|(r, _)| r != target);
         self.refs.push((target.to_string(), rendered.clone()));
         rendered
@@ -247,6 +249,28 @@ impl Types {
             .map(|i| format!("{base}{i}"))
             .find(|n| !used(n))
             .unwrap_or(base)
+    }
+}
+
+/// `Literal[...]` of JSON scalars as Python literals; `Any` when a value is
+/// not a scalar or there is none.
+fn literal(values: &[Value]) -> String {
+    let shown: Option<Vec<String>> = values
+        .iter()
+        .map(|v| match v {
+            Value::Bool(true) => Some("True".into()),
+            Value::Bool(false) => Some("False".into()),
+            Value::Null => Some("None".into()),
+            Value::Number(n) => Some(n.to_string()),
+            // A JSON string is a Python string literal (its escapes are
+            // Python's too); control characters come out escaped.
+            Value::String(_) => Some(v.to_string()),
+            _ => None,
+        })
+        .collect();
+    match shown {
+        Some(shown) if !shown.is_empty() => format!("Literal[{}]", shown.join(", ")),
+        _ => "Any".into(),
     }
 }
 
@@ -304,8 +328,13 @@ pub fn comment(schema: &Value) -> String {
             parts.push(format!("{label} {shown}"));
         }
     }
-    // A comment is one line: newlines in upstream text would end it.
-    parts.join("; ").replace(['\n', '\r'], " ")
+    // A comment is one line of Python source: newlines would end it, and a
+    // NUL (or any control character) makes the file unreadable.
+    parts
+        .join("; ")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// A Python string literal for a dict key or class name.
@@ -389,7 +418,8 @@ mod tests {
         assert_eq!(types.of(&schema["properties"]["other"], "other"), "Node");
         assert_eq!(types.classes.len(), 1);
         let source = types.source();
-        assert!(source.contains("\"children\": list[Node],"), "{source}");
+        // The recursion itself is a plain dict: every name shown is defined.
+        assert!(source.contains("\"children\": list[dict],"), "{source}");
         assert!(
             source.contains("\"kind\": Literal[\"leaf\", \"branch\"],"),
             "{source}"
@@ -414,6 +444,46 @@ mod tests {
         // The same shape under another name is the same class.
         let again = json!({"type": "object", "properties": {"a": {"type": "string"}}});
         assert_eq!(types.of(&again, "other"), "Any_");
+    }
+
+    #[test]
+    fn odd_values_stay_valid_python() {
+        let mut types = Types::new(&json!({}));
+        assert_eq!(types.of(&json!({"enum": []}), "x"), "Any");
+        assert_eq!(
+            types.of(&json!({"enum": [true, null, 2, "a\"b"]}), "x"),
+            "Literal[True, None, 2, \"a\\\"b\"]"
+        );
+        assert_eq!(types.of(&json!({"enum": [{"a": 1}]}), "x"), "Any");
+        assert_eq!(types.of(&json!({"const": false}), "x"), "Literal[False]");
+        let obj = json!({"type": "object", "properties": {"k": {"type": "string", "description": "a\u{0}b\tc"}}});
+        types.of(&obj, "odd");
+        assert!(!types.source().chars().any(|c| c.is_control() && c != '\n'));
+        // A reference wrapped in allOf (to carry a description) is followed.
+        let root =
+            json!({"$defs": {"P": {"type": "object", "properties": {"q": {"type": "integer"}}}}});
+        let mut types = Types::new(&root);
+        assert_eq!(
+            types.of(&json!({"allOf": [{"$ref": "#/$defs/P"}]}), "p"),
+            "P"
+        );
+    }
+
+    #[test]
+    fn hostile_fan_out_is_bounded() {
+        // A type list repeating `items` a thousand times, recursively.
+        let many: Vec<Value> = (0..1000).map(|_| json!("array")).collect();
+        let root = json!({"$defs": {"L": {"type": many, "items": {"$ref": "#/$defs/L"}}}});
+        let mut types = Types::new(&root);
+        let ty = types.of(&json!({"$ref": "#/$defs/L"}), "x");
+        assert!(ty.len() < 10_000, "{}", ty.len());
+        let mut nested = json!({"type": "string"});
+        for _ in 0..7 {
+            let list: Vec<Value> = (0..20).map(|_| json!("array")).collect();
+            nested = json!({"type": list, "items": nested});
+        }
+        let mut types = Types::new(&json!({}));
+        assert!(types.of(&nested, "x").len() < 10_000);
     }
 
     #[test]
