@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from conftest import SDK1_PYTHON, SERVERS_PYTHON, stdio_params
+from conftest import BIN, SDK1_PYTHON, SERVERS_PYTHON, stdio_params
 from test_upstream import EVERYTHING, FILESYSTEM, MEMORY
 
 pytestmark = pytest.mark.anyio
@@ -261,6 +262,44 @@ result = {"big": big, "small_has_data": "data" in small[0], "small_type": small[
         assert body["result"]["small_has_data"] and body["result"]["small_type"] == "image"
         # The bytes stayed out of the answer.
         assert len(json.dumps(body)) < 5000
+
+
+async def test_a_call_polls_for_a_fast_answer_and_not_for_slow_tools(data_dir: Path, tmp_path: Path):
+    """A synchronous call polls up to 1 ms for its answer before it sleeps (waking a sleeping
+    process is most of what a call from code adds); after three answers that came later (a slow
+    tool), it polls only every 16th wait, so slow tools cost no CPU."""
+    code = """
+import os
+import __main__ as runtime
+lines = runtime._LINES
+for _ in range(40):
+    call_tool("everything.echo", {"message": "x"})
+caught = lines.caught
+for _ in range(6):
+    call_tool("fault.sleep", {"seconds": 0.02})
+result = {"spin": runtime._SPIN_SECONDS, "caught": caught, "misses": lines.misses,
+          "cpus": len(os.sched_getaffinity(0))}
+"""
+    async with client_for(data_dir, tmp_path) as client:
+        body = await run(client, code)
+        assert body["success"], body
+        r = body["result"]
+        if r["cpus"] < 2:
+            pytest.skip("one CPU: the runtime never polls (test_no_polling_on_one_cpu)")
+        assert r["spin"] == 0.001 and r["caught"] >= 1, r
+        assert r["misses"] >= 3, r
+
+
+def test_no_polling_on_one_cpu(data_dir: Path):
+    """With one CPU a poll would take the CPU the host and the upstream need: the runtime sleeps."""
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        pytest.skip("taskset is not installed")
+    code = "import os, __main__\nresult = [__main__._SPIN_SECONDS, len(os.sched_getaffinity(0))]"
+    out = subprocess.run([taskset, "-c", "0", str(BIN), "--data-dir", str(data_dir), "--log-level", "error",
+                          "exec", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["result"] == [0.0, 1]
 
 
 async def test_the_call_limit_per_execution(data_dir: Path, tmp_path: Path):
