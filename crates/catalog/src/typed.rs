@@ -1,7 +1,8 @@
 //! JSON schemas as Python types: nested objects become `TypedDict`s, so a
 //! tool's definition reads as the Python an agent writes (`entities:
-//! list[Entity]`) instead of as a JSON schema, at about a third of its
-//! tokens.
+//! list[Entity]`) instead of as a JSON schema, with fewer tokens (over the
+//! 155 tools of the token benchmark's eleven servers, whole definitions
+//! are 17% smaller; descriptions, kept whole, are most of what remains).
 //!
 //! What a schema says that a type cannot (descriptions, defaults, bounds,
 //! formats, patterns) is kept as a comment on the field. `$ref`s into
@@ -323,6 +324,10 @@ pub fn comment(schema: &Value) -> String {
             }
             let shown = match v {
                 Value::String(s) if key != "default" => s.clone(),
+                // A default as the Python value the agent would pass.
+                Value::Bool(true) => "True".into(),
+                Value::Bool(false) => "False".into(),
+                Value::Null => "None".into(),
                 other => other.to_string(),
             };
             parts.push(format!("{label} {shown}"));
@@ -456,6 +461,7 @@ mod tests {
         );
         assert_eq!(types.of(&json!({"enum": [{"a": 1}]}), "x"), "Any");
         assert_eq!(types.of(&json!({"const": false}), "x"), "Literal[False]");
+        assert_eq!(comment(&json!({"default": true})), "default True");
         let obj = json!({"type": "object", "properties": {"k": {"type": "string", "description": "a\u{0}b\tc"}}});
         types.of(&obj, "odd");
         assert!(!types.source().chars().any(|c| c.is_control() && c != '\n'));
