@@ -51,13 +51,56 @@ pub fn is_keyword(word: &str) -> bool {
     KEYWORDS.contains(&word)
 }
 
-/// The parameters, required ones first, in schema order.
-pub fn params(entry: &Entry) -> Vec<Param> {
-    typed_params(entry).0
+/// A tool's schemas rendered once as Python: what the definition, the
+/// wrapper module and the stub are written from.
+struct Rendering {
+    /// Required ones first, in schema order.
+    params: Vec<Param>,
+    returns: String,
+    /// The `TypedDict` definitions the parameters and the result name.
+    classes: String,
 }
 
-/// The parameters with their types, and the classes (TypedDicts) those
-/// types and the result's use.
+impl Rendering {
+    fn of(entry: &Entry) -> Self {
+        let (params, mut types) = typed_params(entry);
+        // The output schema's own `$defs` are its references' root.
+        let returns = match &entry.output_schema {
+            Some(schema) => types.of_rooted(schema, schema, &format!("{}_result", entry.name)),
+            None => "Any".into(),
+        };
+        Rendering {
+            params,
+            returns,
+            classes: types.source(),
+        }
+    }
+
+    /// `def git_log(*, repo_path: str, max_count: int | None = None) -> Any`
+    fn signature(&self, entry: &Entry) -> String {
+        let args: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| {
+                if p.required {
+                    format!("{}: {}", p.alias, p.ty)
+                } else {
+                    format!("{}: {} | None = None", p.alias, p.ty)
+                }
+            })
+            .collect();
+        let star = if args.is_empty() { "" } else { "*, " };
+        format!(
+            "def {}({star}{}) -> {}",
+            alias(&entry.name),
+            args.join(", "),
+            self.returns
+        )
+    }
+}
+
+/// The parameters with their types, and the renderer holding the classes
+/// (TypedDicts) those types use.
 fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
     let empty = Value::Null;
     let schema = entry.input_schema.as_ref();
@@ -91,16 +134,6 @@ fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
     (out, types)
 }
 
-/// The Python type of the tool's result, from its output schema (the
-/// classes it needs are added to `types`); `Any` without one.
-fn result_type(entry: &Entry, types: &mut Types) -> String {
-    match &entry.output_schema {
-        // The output schema's own `$defs` are its references' root.
-        Some(schema) => types.of_rooted(schema, schema, &format!("{}_result", entry.name)),
-        None => "Any".into(),
-    }
-}
-
 /// The tool's signature and the `TypedDict`s it names, as Python source.
 pub struct Typed {
     pub signature: String,
@@ -108,12 +141,14 @@ pub struct Typed {
     pub classes: String,
     /// `name: description; default ...`, a line per argument that has one.
     pub args: String,
+    /// A call with placeholder values for the required parameters.
+    pub example: String,
 }
 
 /// The typed signature of a tool with the classes its types use.
 pub fn typed(entry: &Entry) -> Typed {
-    let (params, mut types) = typed_params(entry);
-    let returns = result_type(entry, &mut types);
+    let rendering = Rendering::of(entry);
+    let params = &rendering.params;
     // An argument whose name is not an identifier is shown by its alias;
     // call_tool needs the real key, so that line names it.
     let args: Vec<String> = params
@@ -134,43 +169,16 @@ pub fn typed(entry: &Entry) -> Typed {
         })
         .collect();
     Typed {
-        signature: signature_of(entry, &params, &returns),
-        classes: types.source(),
+        signature: rendering.signature(entry),
+        example: example(entry, params),
         args: args.join("\n"),
+        classes: rendering.classes,
     }
 }
 
-/// `def git_log(repo_path: str, max_count: int | None = None) -> str`
-pub fn signature(entry: &Entry) -> String {
-    typed(entry).signature
-}
-
-fn signature_of(entry: &Entry, params: &[Param], returns: &str) -> String {
-    let args: Vec<String> = params
-        .iter()
-        .map(|p| {
-            if p.required {
-                format!("{}: {}", p.alias, p.ty)
-            } else {
-                format!("{}: {} | None = None", p.alias, p.ty)
-            }
-        })
-        .collect();
-    let star = if args.iter().any(|a| !a.is_empty()) {
-        "*, "
-    } else {
-        ""
-    };
-    format!(
-        "def {}({star}{}) -> {returns}",
-        alias(&entry.name),
-        args.join(", ")
-    )
-}
-
 /// An example call with placeholder values for the required parameters.
-pub fn example(entry: &Entry) -> String {
-    let args: Vec<String> = params(entry)
+fn example(entry: &Entry, params: &[Param]) -> String {
+    let args: Vec<String> = params
         .iter()
         .filter(|p| p.required)
         .map(|p| format!("{}={}", p.alias, placeholder(&p.ty)))
@@ -185,7 +193,14 @@ fn placeholder(ty: &str) -> &'static str {
         "float" => "1.0",
         "bool" => "True",
         t if t.starts_with("list") => "[]",
-        "dict" => "{}",
+        t if t.starts_with("dict") => "{}",
+        // A TypedDict's name: a dict too.
+        t if t.starts_with(|c: char| c.is_ascii_uppercase())
+            && !t.starts_with("Any")
+            && !t.starts_with("Literal") =>
+        {
+            "{}"
+        }
         _ => "None",
     }
 }
@@ -224,12 +239,12 @@ fn docstring(entry: &Entry, params: &[Param], classes: &str) -> String {
 
 /// The generated module `servers/<server>/<tool>.py`.
 pub fn wrapper_module(entry: &Entry) -> String {
-    let (params, mut types) = typed_params(entry);
-    let returns = result_type(entry, &mut types);
+    let rendering = Rendering::of(entry);
+    let params = &rendering.params;
     let fn_name = alias(&entry.name);
     let mut body = String::new();
     body.push_str("    arguments = {}\n");
-    for p in &params {
+    for p in params {
         if p.required {
             body.push_str(&format!("    arguments[{:?}] = {}\n", p.name, p.alias));
         } else {
@@ -248,26 +263,24 @@ pub fn wrapper_module(entry: &Entry) -> String {
          from cem_tools import call_tool\n\n\n\
          {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return call_tool({qualified:?}, arguments)\n\n\n\
          __all__ = [{fn_name:?}]\n",
-        sig = signature_of(entry, &params, &returns),
-        doc = docstring(entry, &params, &types.source()),
+        sig = rendering.signature(entry),
+        doc = docstring(entry, params, &rendering.classes),
         qualified = format!("{}.{}", entry.category, entry.name),
     )
 }
 
 /// The stub `servers/<server>/<tool>.pyi`.
 pub fn stub(entry: &Entry) -> String {
-    let (params, mut types) = typed_params(entry);
-    let returns = result_type(entry, &mut types);
-    let classes = types.source();
-    let classes = if classes.is_empty() {
+    let rendering = Rendering::of(entry);
+    let classes = if rendering.classes.is_empty() {
         String::new()
     } else {
-        format!("{classes}\n\n")
+        format!("{}\n\n", rendering.classes)
     };
     format!(
         "from typing import Any, Literal, NotRequired, TypedDict\n\n{classes}{}:\n    \"\"\"{}\n    \"\"\"\n    ...\n",
-        signature_of(entry, &params, &returns),
-        docstring(entry, &params, "")
+        rendering.signature(entry),
+        docstring(entry, &rendering.params, "")
     )
 }
 
@@ -310,10 +323,10 @@ mod tests {
     fn signature_and_example() {
         let e = entry();
         assert_eq!(
-            signature(&e),
+            typed(&e).signature,
             "def get_sum(*, b: float, a: float, mode: Literal[\"fast\", \"exact\"] | None = None, class_: list[str] | None = None) -> Any"
         );
-        assert_eq!(example(&e), "get_sum(b=1.0, a=1.0)");
+        assert_eq!(typed(&e).example, "get_sum(b=1.0, a=1.0)");
     }
 
     #[test]
@@ -379,6 +392,17 @@ mod tests {
             typed.signature,
             "def add_edges(*, edges: list[Edge]) -> AddEdgesResult"
         );
+        assert_eq!(typed.example, "add_edges(edges=[])");
+        // A required object argument typed as a TypedDict still gets a dict.
+        let options = Entry {
+            input_schema: Some(json!({
+                "type": "object",
+                "properties": {"options": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                "required": ["options"]
+            })),
+            ..entry()
+        };
+        assert_eq!(super::typed(&options).example, "get_sum(options={})");
         let stub = stub(&e);
         let check = "import sys; ns = {}; exec(sys.stdin.read(), ns); \
                      assert ns['Edge'].__required_keys__ == {'from'}; \

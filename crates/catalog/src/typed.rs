@@ -100,13 +100,10 @@ impl Types {
             .or_else(|| schema.get("oneOf"))
             .and_then(Value::as_array)
         {
-            let mut types: Vec<String> = Vec::new();
-            for option in options {
-                let t = self.render(option, hint, depth + 1);
-                if !types.contains(&t) {
-                    types.push(t);
-                }
-            }
+            let types: Vec<String> = options
+                .iter()
+                .map(|option| self.render(option, hint, depth + 1))
+                .collect();
             return union(types);
         }
         // `allOf: [{"$ref": ...}]` is how some generators add a description
@@ -126,13 +123,11 @@ impl Types {
         match schema.get("type") {
             Some(Value::String(t)) => self.simple(t, schema, hint, depth),
             Some(Value::Array(ts)) => {
-                let mut types: Vec<String> = Vec::new();
-                for t in ts.iter().filter_map(Value::as_str) {
-                    let t = self.simple(t, schema, hint, depth);
-                    if !types.contains(&t) {
-                        types.push(t);
-                    }
-                }
+                let types: Vec<String> = ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|t| self.simple(t, schema, hint, depth))
+                    .collect();
                 union(types)
             }
             // No type but properties: an object all the same.
@@ -275,12 +270,18 @@ fn literal(values: &[Value]) -> String {
     }
 }
 
-/// `a | b`, or the one type.
+/// `a | b` without repeats, or the one type.
 fn union(types: Vec<String>) -> String {
-    if types.is_empty() {
+    let mut distinct: Vec<String> = Vec::with_capacity(types.len());
+    for t in types {
+        if !distinct.contains(&t) {
+            distinct.push(t);
+        }
+    }
+    if distinct.is_empty() {
         "Any".into()
     } else {
-        types.join(" | ")
+        distinct.join(" | ")
     }
 }
 

@@ -216,7 +216,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
                 "import".into(),
                 json!(format!("from servers.{module} import {function}")),
             );
-            p.insert("example".into(), json!(python::example(entry)));
+            p.insert("example".into(), json!(typed.example));
             p.insert(
                 "call_tool".into(),
                 json!(format!("call_tool({:?}, {{...}})", entry.qualified_name())),
