@@ -82,8 +82,11 @@ impl Rendering {
             .params
             .iter()
             .map(|p| {
+                let nullable = p.ty.split(" | ").any(|t| t == "None");
                 if p.required {
                     format!("{}: {}", p.alias, p.ty)
+                } else if nullable {
+                    format!("{}: {} = None", p.alias, p.ty)
                 } else {
                     format!("{}: {} | None = None", p.alias, p.ty)
                 }
@@ -403,6 +406,18 @@ mod tests {
             ..entry()
         };
         assert_eq!(super::typed(&options).example, "get_sum(options={})");
+        // An optional argument that is already nullable says None once.
+        let nullable = Entry {
+            input_schema: Some(json!({
+                "type": "object",
+                "properties": {"since": {"anyOf": [{"type": "string"}, {"type": "null"}]}}
+            })),
+            ..entry()
+        };
+        assert_eq!(
+            super::typed(&nullable).signature,
+            "def get_sum(*, since: str | None = None) -> Any"
+        );
         let stub = stub(&e);
         let check = "import sys; ns = {}; exec(sys.stdin.read(), ns); \
                      assert ns['Edge'].__required_keys__ == {'from'}; \
