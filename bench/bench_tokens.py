@@ -111,6 +111,7 @@ def run_workflow(wf, binary: str, base: Path, tc: TokenCounter, tools_mode: str,
     return {
         "key": wf.key,
         "title": wf.title,
+        "records": wf.records,
         "servers": servers,
         "answer": direct_answer,
         "direct": {
@@ -174,10 +175,45 @@ def markdown_table(scenario: dict) -> str:
     return "\n".join(out)
 
 
+def sweep_table(report: dict) -> list[str]:
+    """The data workflows rerun at other sizes (servers needed), beside the main run's figures."""
+    sweep = report.get("sweep")
+    needed = report["scenarios"].get("needed")
+    if not sweep or not needed:
+        return []
+    main = {w["key"]: w for w in needed["workflows"]}
+    sizes = sweep["sizes"]
+    head = [f"{n:,} records" for n in sizes] + ["the main run (above)"]
+    out = [f"#### Reduction by data size: the data workflows rerun smaller (servers needed)", "",
+           "Each cell: reduction (direct tokens → code tokens). The other workflows move no more data at "
+           "any size; the median takes their figures from the main run.", "",
+           "| workflow | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+
+    def cell(r: dict) -> str:
+        return (f"{r['reduction_pct']:.2f}% ({fmt(r['direct_tokens'])} → {fmt(r['code_tokens'])})")
+
+    medians = []
+    for n in sizes:
+        at = sweep["runs"][str(n)]
+        medians.append(statistics.median(at[k]["reduction_pct"] if k in at else w["reduction_pct"]
+                                         for k, w in main.items()))
+    for key in sweep["keys"]:
+        w = main.get(key)
+        cells = [cell(sweep["runs"][str(n)][key]) for n in sizes]
+        cells.append(cell({"reduction_pct": w["reduction_pct"], "direct_tokens": w["direct"]["tokens"]["total"],
+                           "code_tokens": w["code"]["tokens"]["total"]}) + f", {fmt(w['records'])} records"
+                     if w else "")
+        out.append(f"| {key} | " + " | ".join(cells) + " |")
+    medians.append(needed["summary"]["median_reduction_pct"])
+    out.append(f"| **median of all {len(main)}** | " + " | ".join(f"**{m:.2f}%**" for m in medians) + " |")
+    return out + [""]
+
+
 def markdown(report: dict) -> str:
     out = []
     for name, scenario in report["scenarios"].items():
         out += [f"#### Servers configured: {name}: {SCENARIOS[name]}", "", markdown_table(scenario), ""]
+    out += sweep_table(report)
     schemas = report.get("schema_tokens_by_server")
     if schemas:
         out += ["Tool schemas (each server's tools/list result as on the wire), o200k tokens:", "",
@@ -211,7 +247,16 @@ def main() -> int:
                     help="which servers each workflow configures (default: both scenarios, one after the other)")
     ap.add_argument("--tools", default="full", choices=["full", "minimal"], help="our `serve --tools` mode")
     ap.add_argument("--keep", action="store_true", help="keep the working directory (state, logs, transcripts)")
+    ap.add_argument("--sizes", default="",
+                    help="comma-separated record counts: rerun the data workflows at each (servers needed), "
+                         "e.g. 100,1000")
     args = ap.parse_args()
+    try:
+        sizes = sorted({int(n.replace("_", "")) for n in args.sizes.split(",") if n.strip()})
+    except ValueError:
+        raise SystemExit(f"--sizes takes record counts such as 100,1000, not {args.sizes!r}") from None
+    if any(n < 12 for n in sizes):
+        raise SystemExit("--sizes: each size must be at least 12 records (the pipeline spreads them over 12 files)")
 
     binary = str(Path(args.binary).resolve())
     if not os.access(binary, os.X_OK):
@@ -265,6 +310,23 @@ def main() -> int:
                 report["our_tools_list_tokens"] = r["code"]["tokens"]["tools_list"]
             report["scenarios"][scenario] = {"description": SCENARIOS[scenario], "workflows": results,
                                              "summary": summarize(results)}
+        scalable = [cls for cls in chosen if cls.scalable]
+        if sizes and scalable:
+            sweep = {"scenario": "needed", "sizes": sizes, "keys": [cls.key for cls in scalable], "runs": {}}
+            for size in sizes:
+                runs = sweep["runs"][str(size)] = {}
+                for cls in scalable:
+                    wf = cls(size)
+                    print(f"[size {size:,}] {wf.key}: {wf.title}", file=sys.stderr, flush=True)
+                    r = run_workflow(wf, binary, root / f"size-{size}" / wf.key, tc, args.tools, wf.servers)
+                    print(f"    direct {fmt(r['direct']['tokens']['total'])} tokens, code "
+                          f"{fmt(r['code']['tokens']['total'])}: {r['reduction_pct']:.2f}% fewer",
+                          file=sys.stderr, flush=True)
+                    runs[wf.key] = {"records": wf.records, "reduction_pct": r["reduction_pct"],
+                                    "lean_reduction_pct": r["lean_reduction_pct"],
+                                    "direct_tokens": r["direct"]["tokens"]["total"],
+                                    "code_tokens": r["code"]["tokens"]["total"]}
+            report["sweep"] = sweep
     finally:
         tc.close()
         if args.keep:

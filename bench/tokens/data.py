@@ -182,10 +182,10 @@ def contacts(seed: int = 5, n: int = 200) -> list[dict]:
     while len(rows) < n:
         first, last = rng.choice(FIRST), rng.choice(LAST)
         name = f"{first} {last}"
-        if name in seen:
-            name = f"{first} {rng.choice('ABCDEFGHJKLMNPRSTW')}. {last}"
-            if name in seen:
-                continue
+        initials = ""
+        while name in seen:  # 500 plain names: larger lists take middle initials, as people have
+            initials += f"{rng.choice('ABCDEFGHJKLMNPRSTW')}. "
+            name = f"{first} {initials}{last}"
         seen.add(name)
         comp = company(rng)
         domain = comp.split()[0].lower() + ".example.com"
@@ -211,7 +211,8 @@ def monthly_sales(seed: int = 6, per_month: int = 700) -> dict[str, list[dict]]:
     oid = 500000
     for m in range(1, 13):
         rows = []
-        for _ in range(per_month + rng.randint(-150, 150)):
+        spread = per_month * 3 // 14  # months differ by up to a fifth
+        for _ in range(per_month + rng.randint(-spread, spread)):
             oid += 1
             rows.append({"order_id": oid, "date": f"2025-{m:02d}-{rng.randint(1, 28):02d}",
                          "region": rng.choices(REGIONS, [5, 4, 3, 1])[0],

@@ -26,10 +26,18 @@ from . import data
 from .agents import ALL_SERVERS, CodeAgent, DirectAgent
 
 
+# The size of the data workflows' data: the issue's own example filters a 10,000-row dataset, so
+# every workflow that moves records moves about as many. `bench_tokens.py --sizes` reruns them
+# smaller, to show how the reduction depends on the size (code mode's cost barely moves with it).
+RECORDS = 10_000
+
+
 class Workflow:
     key = ""
     title = ""
     servers: list[str] = []
+    scalable = False  # takes a number of records (the size sweep reruns it at other sizes)
+    records: int | None = None
 
     def prepare(self, state: Path, seed_memory) -> None:  # builds the state the servers start from
         raise NotImplementedError
@@ -60,11 +68,13 @@ def files(state: Path) -> Path:
 
 class OrdersSummary(Workflow):
     key = "orders"
-    title = "10,000-row JSON file to a summary"
     servers = ["filesystem"]
+    scalable = True
 
-    def __init__(self):
-        self.rows = data.orders()
+    def __init__(self, records: int = RECORDS):
+        self.records = records
+        self.title = f"{records:,}-row JSON file to a summary"
+        self.rows = data.orders(n=records)
 
     def prepare(self, state, seed_memory):
         data.write_json(files(state) / "orders.json", self.rows)
@@ -187,12 +197,14 @@ result = {{"commits": len(commits), "authors": top(authors), "files": top(change
 
 class AtRiskJoin(Workflow):
     key = "join"
-    title = "CSV (filesystem) x accounts (memory)"
     servers = ["filesystem", "memory"]
+    scalable = True
 
-    def __init__(self):
-        self.customers = data.customers()
-        self.accounts = data.accounts()
+    def __init__(self, records: int = RECORDS):
+        self.records = records
+        self.customers = data.customers(n=records)
+        self.accounts = data.accounts(n_customers=records, n=records * 3 // 10)
+        self.title = f"{records:,}-row CSV (filesystem) x {len(self.accounts):,} accounts (memory)"
 
     def prepare(self, state, seed_memory):
         (files(state) / "customers.csv").write_text(data.to_csv(self.customers))
@@ -258,11 +270,13 @@ def read_graph(path: Path) -> dict[str, dict]:
 
 class PiiCopy(Workflow):
     key = "pii"
-    title = "copy contacts with emails/phones: CSV -> memory"
     servers = ["filesystem", "memory"]
+    scalable = True
 
-    def __init__(self):
-        self.rows = data.contacts()
+    def __init__(self, records: int = RECORDS):
+        self.records = records
+        self.title = f"copy {records:,} contacts with emails/phones: CSV -> memory"
+        self.rows = data.contacts(n=records)
 
     def note(self, email: str) -> str:
         return f"primary contact for {self.rows[0]['company']}, reach at {email}"
@@ -371,11 +385,13 @@ result = {{"tokyo": r["target"]["datetime"], "difference": r["time_difference"]}
 
 class MonthlyReport(Workflow):
     key = "pipeline"
-    title = "12 CSV files -> report files (workspace)"
     servers = ["filesystem"]
+    scalable = True
 
-    def __init__(self):
-        self.sales = data.monthly_sales()
+    def __init__(self, records: int = RECORDS):
+        self.sales = data.monthly_sales(per_month=round(records / 12))
+        self.records = sum(len(rows) for rows in self.sales.values())
+        self.title = f"12 CSV files ({self.records:,} rows) -> report files (workspace)"
         self.report_csv, self.summary_md, self.best = data.monthly_report(self.sales)
 
     def prepare(self, state, seed_memory):
