@@ -178,34 +178,33 @@ def markdown_table(scenario: dict) -> str:
 def sweep_table(report: dict) -> list[str]:
     """The data workflows rerun at other sizes (servers needed), beside the main run's figures."""
     sweep = report.get("sweep")
-    needed = report["scenarios"].get("needed")
-    if not sweep or not needed:
+    if not sweep:
         return []
-    main = {w["key"]: w for w in needed["workflows"]}
+    needed = report["scenarios"].get("needed")
+    main = {w["key"]: w for w in needed["workflows"]} if needed else {}
     sizes = sweep["sizes"]
-    head = [f"{n:,} records" for n in sizes] + ["the main run (above)"]
-    out = [f"#### Reduction by data size: the data workflows rerun smaller (servers needed)", "",
+    head = [f"{n:,} records" for n in sizes] + (["the main run (above)"] if main else [])
+    out = ["#### Reduction by data size: the data workflows rerun smaller (servers needed)", "",
            "Each cell: reduction (direct tokens → code tokens). The other workflows move no more data at "
            "any size; the median takes their figures from the main run.", "",
            "| workflow | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
 
     def cell(r: dict) -> str:
-        return (f"{r['reduction_pct']:.2f}% ({fmt(r['direct_tokens'])} → {fmt(r['code_tokens'])})")
+        return f"{r['reduction_pct']:.2f}% ({fmt(r['direct_tokens'])} → {fmt(r['code_tokens'])})"
 
-    medians = []
-    for n in sizes:
-        at = sweep["runs"][str(n)]
-        medians.append(statistics.median(at[k]["reduction_pct"] if k in at else w["reduction_pct"]
-                                         for k, w in main.items()))
     for key in sweep["keys"]:
-        w = main.get(key)
         cells = [cell(sweep["runs"][str(n)][key]) for n in sizes]
-        cells.append(cell({"reduction_pct": w["reduction_pct"], "direct_tokens": w["direct"]["tokens"]["total"],
-                           "code_tokens": w["code"]["tokens"]["total"]}) + f", {fmt(w['records'])} records"
-                     if w else "")
+        w = main.get(key)
+        if main:
+            cells.append(cell({"reduction_pct": w["reduction_pct"], "direct_tokens": w["direct"]["tokens"]["total"],
+                               "code_tokens": w["code"]["tokens"]["total"]}) + f", {fmt(w['records'])} records"
+                         if w else "")
         out.append(f"| {key} | " + " | ".join(cells) + " |")
-    medians.append(needed["summary"]["median_reduction_pct"])
-    out.append(f"| **median of all {len(main)}** | " + " | ".join(f"**{m:.2f}%**" for m in medians) + " |")
+    if main:
+        medians = [statistics.median(sweep["runs"][str(n)].get(k, w)["reduction_pct"] for k, w in main.items())
+                   for n in sizes]
+        medians.append(needed["summary"]["median_reduction_pct"])
+        out.append(f"| **median of all {len(main)}** | " + " | ".join(f"**{m:.2f}%**" for m in medians) + " |")
     return out + [""]
 
 
