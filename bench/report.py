@@ -87,7 +87,9 @@ def tokens_section(tok: dict) -> list[str]:
     out += [""] + [
         f"- Servers configured {name}: median reduction **{sc['summary']['median_reduction_pct']:.2f}%** "
         f"(target: at least 99%: {verdict(sc['summary']['median_reduction_pct'] >= 99)}); "
-        f"from {sc['summary']['min_reduction_pct']:.2f}% to {sc['summary']['max_reduction_pct']:.2f}%."
+        f"from {sc['summary']['min_reduction_pct']:.2f}% to {sc['summary']['max_reduction_pct']:.2f}%; "
+        f"counting one copy of each answer (lean): {sc['summary']['median_lean_reduction_pct']:.2f}% "
+        f"({'at least' if sc['summary']['median_lean_reduction_pct'] >= 99 else 'under'} 99%)."
         for name, sc in tok["scenarios"].items()]
     return out
 

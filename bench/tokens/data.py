@@ -121,7 +121,7 @@ def top(counter: dict[str, int], n: int = 5) -> list[list]:
 
 # 3. customers.csv + accounts in the knowledge graph ------------------------------------------
 
-def customers(seed: int = 3, n: int = 2_000) -> list[dict]:
+def customers(seed: int = 3, n: int = 10_000) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for i in range(n):
@@ -140,7 +140,7 @@ def to_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def accounts(seed: int = 4, n_customers: int = 2_000, n: int = 600) -> list[dict]:
+def accounts(seed: int = 4, n_customers: int = 10_000, n: int = 3_000) -> list[dict]:
     """Knowledge-graph entities (create_entities' format) for a sample of the customers."""
     rng = random.Random(seed)
     ids = sorted(rng.sample(range(1, n_customers + 1), n))
@@ -176,7 +176,7 @@ def at_risk_summary(customer_rows: list[dict], entities: list[dict]) -> dict:
 
 # 4. contacts with personal data ------------------------------------------------------------
 
-def contacts(seed: int = 5, n: int = 200) -> list[dict]:
+def contacts(seed: int = 5, n: int = 10_000) -> list[dict]:
     rng = random.Random(seed)
     rows, seen = [], set()
     while len(rows) < n:
@@ -205,13 +205,13 @@ def contact_entities(rows: list[dict]) -> list[dict]:
 
 # 6. monthly sales files --------------------------------------------------------------------
 
-def monthly_sales(seed: int = 6, per_month: int = 700) -> dict[str, list[dict]]:
+def monthly_sales(seed: int = 6, per_month: int = 833) -> dict[str, list[dict]]:
     rng = random.Random(seed)
     out = {}
     oid = 500000
     for m in range(1, 13):
         rows = []
-        spread = per_month * 3 // 14  # months differ by up to a fifth
+        spread = per_month * 3 // 14  # each month within about ±20% (±150 rows at 700, as before)
         for _ in range(per_month + rng.randint(-spread, spread)):
             oid += 1
             rows.append({"order_id": oid, "date": f"2025-{m:02d}-{rng.randint(1, 28):02d}",
