@@ -183,7 +183,7 @@ def contacts(seed: int = 5, n: int = 10_000) -> list[dict]:
         first, last = rng.choice(FIRST), rng.choice(LAST)
         name = f"{first} {last}"
         initials = ""
-        while name in seen:  # 500 plain names: larger lists take middle initials, as people have
+        while name in seen:  # only 500 plain names: larger lists add middle initials until unique
             initials += f"{rng.choice('ABCDEFGHJKLMNPRSTW')}. "
             name = f"{first} {initials}{last}"
         seen.add(name)
