@@ -144,6 +144,17 @@ def run_workflow(wf, binary: str, base: Path, tc: TokenCounter, tools_mode: str,
     }
 
 
+def run_reported(label: str, wf, binary: str, base: Path, tc: TokenCounter, tools_mode: str,
+                 servers: list[str]) -> dict:
+    """run_workflow, with a line of progress on stderr before and after."""
+    print(f"{label}: {wf.key}: {wf.title}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    r = run_workflow(wf, binary, base, tc, tools_mode, servers)
+    print(f"    direct {fmt(r['direct']['tokens']['total'])} tokens, code {fmt(r['code']['tokens']['total'])}: "
+          f"{r['reduction_pct']:.2f}% fewer ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    return r
+
+
 def fmt(n: int) -> str:
     return f"{n:,}"
 
@@ -296,12 +307,8 @@ def main() -> int:
                 wf = cls()
                 servers = wf.servers if scenario == "needed" else ALL_SERVERS
                 n += 1
-                print(f"[{n}/{total}] {scenario}: {wf.key}: {wf.title}", file=sys.stderr, flush=True)
-                t0 = time.perf_counter()
-                r = run_workflow(wf, binary, root / scenario / wf.key, tc, args.tools, servers)
-                print(f"    direct {fmt(r['direct']['tokens']['total'])} tokens, code "
-                      f"{fmt(r['code']['tokens']['total'])}: {r['reduction_pct']:.2f}% fewer "
-                      f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+                r = run_reported(f"[{n}/{total}] {scenario}", wf, binary, root / scenario / wf.key, tc, args.tools,
+                                 servers)
                 results.append(r)
                 for e in r["exchanges"]["direct"]:
                     if e["kind"] == "schemas":
@@ -317,11 +324,8 @@ def main() -> int:
                 runs = sweep["runs"][str(size)] = {}
                 for cls in scalable:
                     wf = cls(size)
-                    print(f"[size {size:,}] {wf.key}: {wf.title}", file=sys.stderr, flush=True)
-                    r = run_workflow(wf, binary, root / f"size-{size}" / wf.key, tc, args.tools, wf.servers)
-                    print(f"    direct {fmt(r['direct']['tokens']['total'])} tokens, code "
-                          f"{fmt(r['code']['tokens']['total'])}: {r['reduction_pct']:.2f}% fewer",
-                          file=sys.stderr, flush=True)
+                    r = run_reported(f"[size {size:,}]", wf, binary, root / f"size-{size}" / wf.key, tc, args.tools,
+                                     wf.servers)
                     runs[wf.key] = {"records": wf.records, "reduction_pct": r["reduction_pct"],
                                     "lean_reduction_pct": r["lean_reduction_pct"],
                                     "direct_tokens": r["direct"]["tokens"]["total"],
