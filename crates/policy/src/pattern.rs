@@ -1,0 +1,159 @@
+//! Globs on `server.tool`.
+
+use std::fmt;
+
+/// A glob on `server.tool`: `*` matches any run of characters. A pattern
+/// without a dot names a whole server (`github` is `github.*`). `-` and `_`
+/// are the same character, so `everything.get_sum` also names the upstream's
+/// `get-sum` (the name Python code uses for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    text: String,
+    server: String,
+    tool: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("a pattern cannot be empty; use \"*\" for every tool or \"server.tool\"")]
+    Empty,
+    #[error(
+        "'{0}' has an empty server or tool part; write \"server.tool\", \"server.*\" or \"server\""
+    )]
+    EmptyPart(String),
+    #[error("'{0}' has a control character or a space; tool names have none")]
+    BadCharacter(String),
+}
+
+impl Pattern {
+    pub fn parse(text: &str) -> Result<Pattern, PatternError> {
+        if text.is_empty() {
+            return Err(PatternError::Empty);
+        }
+        if text.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(PatternError::BadCharacter(text.to_string()));
+        }
+        let (server, tool) = match text.split_once('.') {
+            Some((server, tool)) => (server, tool),
+            None if text == "*" => ("*", "*"),
+            None => (text, "*"),
+        };
+        if server.is_empty() || tool.is_empty() {
+            return Err(PatternError::EmptyPart(text.to_string()));
+        }
+        Ok(Pattern {
+            text: text.to_string(),
+            server: fold(server),
+            tool: fold(tool),
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, server: &str, tool: &str) -> bool {
+        glob(&self.server, &fold(server)) && glob(&self.tool, &fold(tool))
+    }
+
+    /// How specific the pattern is: a pattern without `*` beats every glob;
+    /// among globs, more literal characters win (`github.delete_*` beats
+    /// `github.*`, which beats `*`).
+    pub fn specificity(&self) -> (bool, usize) {
+        let wild = self.server.contains('*') || self.tool.contains('*');
+        let literal = self.server.chars().chain(self.tool.chars());
+        (!wild, literal.filter(|c| *c != '*').count())
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Names compare without case and with `-` as `_`.
+fn fold(text: &str) -> String {
+    text.chars()
+        .map(|c| if c == '-' { '_' } else { c.to_ascii_lowercase() })
+        .collect()
+}
+
+/// `*`-only glob matching, linear in practice (greedy with backtracking to
+/// the last star, as shells do).
+fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> Pattern {
+        match Pattern::parse(text) {
+            Ok(p) => p,
+            Err(e) => panic!("{text}: {e}"),
+        }
+    }
+
+    #[test]
+    fn globs_match_server_and_tool() {
+        assert!(p("github.delete_*").matches("github", "delete_repo"));
+        assert!(!p("github.delete_*").matches("github", "create_repo"));
+        assert!(!p("github.delete_*").matches("gitlab", "delete_repo"));
+        assert!(p("github").matches("github", "anything"));
+        assert!(p("*").matches("any", "thing"));
+        assert!(p("*.send_*").matches("mail", "send_email"));
+        assert!(p("everything.get_sum").matches("everything", "get-sum"));
+        assert!(p("Memory.Create_Entities").matches("memory", "create_entities"));
+        assert!(!p("a*b*c").matches("x", "y"));
+        assert!(p("x.a*b*c").matches("x", "aXbYc"));
+        assert!(!p("x.a*b*c").matches("x", "aXbYcd"));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        assert_eq!(Pattern::parse(""), Err(PatternError::Empty));
+        assert!(matches!(
+            Pattern::parse("github."),
+            Err(PatternError::EmptyPart(_))
+        ));
+        assert!(matches!(
+            Pattern::parse(".x"),
+            Err(PatternError::EmptyPart(_))
+        ));
+        assert!(matches!(
+            Pattern::parse("a b"),
+            Err(PatternError::BadCharacter(_))
+        ));
+    }
+
+    #[test]
+    fn exact_names_are_more_specific_than_globs() {
+        let exact = p("github.delete_repo").specificity();
+        let glob = p("github.delete_*").specificity();
+        let server = p("github").specificity();
+        let all = p("*").specificity();
+        assert!(exact > glob && glob > server && server > all);
+    }
+}
