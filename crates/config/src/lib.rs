@@ -16,11 +16,13 @@ mod model;
 mod parse;
 mod secret;
 
+/// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.
+pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, UpstreamConfig,
-    WorkspaceConfig,
+    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport,
+    UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use secret::Secret;

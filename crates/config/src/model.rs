@@ -18,6 +18,31 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// The seed's static registry directory (`tools_registry/`), if set.
     pub tools_registry: Option<PathBuf>,
+    /// Which upstream tools code may call (`policy`).
+    pub policy: cem_policy::Policy,
+    /// Where tool calls are recorded (`policy.audit`).
+    pub audit: AuditConfig,
+}
+
+/// The `policy.audit` section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditConfig {
+    /// The log file; `<data dir>/audit/audit.jsonl` when unset.
+    pub path: Option<PathBuf>,
+    /// Size at which the log is rotated.
+    pub max_bytes: u64,
+    /// Rotated files kept (`audit.jsonl.1` ... `.keep`).
+    pub keep: u32,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            max_bytes: 100 << 20,
+            keep: 10,
+        }
+    }
 }
 
 /// The `upstream` section: how upstream servers are called.

@@ -8,10 +8,11 @@ use serde_json::{Map, Value};
 
 use crate::expand::expand;
 use crate::model::{
-    Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport, UpstreamConfig,
-    WorkspaceConfig,
+    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport,
+    UpstreamConfig, WorkspaceConfig,
 };
 use crate::{ConfigError, Problem, Secret};
+use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
 
 /// A parsed config plus the warnings worth logging (unknown keys that other
 /// clients use, for instance).
@@ -110,6 +111,7 @@ impl Cx<'_> {
                 "pii" => config.pii = self.pii(value),
                 "workspace" => config.workspace = self.workspace(value),
                 "upstream" => config.upstream = self.upstream(value),
+                "policy" => (config.policy, config.audit) = self.policy(value),
                 "tools_registry" => {
                     config.tools_registry =
                         self.expanded("tools_registry", value).map(PathBuf::from)
@@ -483,6 +485,118 @@ impl Cx<'_> {
         p
     }
 
+    fn policy(&mut self, value: &Value) -> (Policy, AuditConfig) {
+        let mut p = Policy::default();
+        let mut audit = AuditConfig::default();
+        let Some(obj) = self.object("policy", value) else {
+            return (p, audit);
+        };
+        for (field, v) in obj {
+            let key = format!("policy.{field}");
+            match field.as_str() {
+                "default" => {
+                    if let Some(d) = self.decision(&key, v) {
+                        p.default = d;
+                    }
+                }
+                "on_change" => match self.decision(&key, v) {
+                    Some(Decision::Allow) => self.problem(
+                        &key,
+                        "\"allow\" would let a changed tool through unseen; expected \"ask\" or \"deny\"",
+                    ),
+                    Some(d) => p.on_change = d,
+                    None => {}
+                },
+                "rules" => {
+                    let Some(rules) = self.object(&key, v) else {
+                        continue;
+                    };
+                    for (pattern, decision) in rules {
+                        let rule_key = format!("{key}.{pattern}");
+                        let pattern = match Pattern::parse(pattern) {
+                            Ok(pattern) => pattern,
+                            Err(e) => {
+                                self.problem(&rule_key, e.to_string());
+                                continue;
+                            }
+                        };
+                        if let Some(decision) = self.decision(&rule_key, decision) {
+                            p.rules.push(Rule { pattern, decision });
+                        }
+                    }
+                }
+                "budgets" => {
+                    let Some(budgets) = self.object(&key, v) else {
+                        continue;
+                    };
+                    for (pattern, limit) in budgets {
+                        let budget_key = format!("{key}.{pattern}");
+                        let pattern = match Pattern::parse(pattern) {
+                            Ok(pattern) => pattern,
+                            Err(e) => {
+                                self.problem(&budget_key, e.to_string());
+                                continue;
+                            }
+                        };
+                        if let Some(limit) = self.positive(&budget_key, limit, 0, 1_000_000, "calls") {
+                            p.budgets.push(Budget { pattern, limit });
+                        }
+                    }
+                }
+                "approval_timeout_seconds" => {
+                    p.approval_timeout_seconds = self
+                        .positive(&key, v, 1, 3600, "seconds")
+                        .unwrap_or(p.approval_timeout_seconds)
+                }
+                "audit" => {
+                    let Some(a) = self.object(&key, v) else {
+                        continue;
+                    };
+                    for (field, v) in a {
+                        let key = format!("policy.audit.{field}");
+                        match field.as_str() {
+                            "path" => {
+                                if let Some(path) = self.expanded(&key, v) {
+                                    if path.is_empty() {
+                                        self.problem(&key, "expected a file path, got an empty string");
+                                    } else {
+                                        audit.path = Some(PathBuf::from(path));
+                                    }
+                                }
+                            }
+                            "max_bytes" => {
+                                audit.max_bytes = self
+                                    .positive(&key, v, 4096, 1 << 40, "bytes")
+                                    .unwrap_or(audit.max_bytes)
+                            }
+                            "keep" => {
+                                audit.keep = self
+                                    .positive(&key, v, 1, 1000, "files")
+                                    .map(|n| n as u32)
+                                    .unwrap_or(audit.keep)
+                            }
+                            _ => self.unknown(&key, &["path", "max_bytes", "keep"]),
+                        }
+                    }
+                }
+                _ => self.unknown(&key, POLICY_KEYS),
+            }
+        }
+        (p, audit)
+    }
+
+    fn decision(&mut self, key: &str, value: &Value) -> Option<Decision> {
+        let text = self.string(key, value)?;
+        let decision = Decision::parse(&text);
+        if decision.is_none() {
+            self.problem(
+                key,
+                format!("unknown decision \"{text}\"; expected \"allow\", \"ask\" or \"deny\""),
+            );
+        }
+        decision
+    }
+
     fn upstream(&mut self, value: &Value) -> UpstreamConfig {
         let mut u = UpstreamConfig::default();
         let Some(obj) = self.object("upstream", value) else {
@@ -659,6 +773,14 @@ const SANDBOX_KEYS: &[&str] = &[
     "session_idle_seconds",
 ];
 const PII_KEYS: &[&str] = &["mode", "types", "restore_to"];
+const POLICY_KEYS: &[&str] = &[
+    "default",
+    "rules",
+    "budgets",
+    "on_change",
+    "approval_timeout_seconds",
+    "audit",
+];
 const WORKSPACE_KEYS: &[&str] = &["max_file_bytes"];
 
 fn article(ty: &str) -> &'static str {

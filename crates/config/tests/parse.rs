@@ -207,3 +207,70 @@ fn url_errors_do_not_print_expanded_secrets() {
     assert!(!msg.contains("ghp_example"), "{msg}");
     assert!(msg.contains("${GITHUB_TOKEN}"), "{msg}");
 }
+
+#[test]
+fn the_policy_section_parses() -> Result<(), ConfigError> {
+    use cem_config::policy::{Decision, PinState, ToolFacts};
+    let parsed = parse(
+        r#"{"policy": {"default": "ask",
+                       "rules": {"memory.create_entities": "ask", "github.delete_*": "deny", "filesystem.*": "allow"},
+                       "budgets": {"github.*": 50, "memory.create_entities": 0},
+                       "on_change": "deny", "approval_timeout_seconds": 30,
+                       "audit": {"path": "${HOME}/audit.jsonl", "max_bytes": 1048576, "keep": 3}}}"#,
+    )?;
+    let p = &parsed.config.policy;
+    assert_eq!(p.default, Decision::Ask);
+    assert_eq!(p.on_change, Decision::Deny);
+    assert_eq!(p.approval_timeout_seconds, 30);
+    assert_eq!(p.rules.len(), 3);
+    assert_eq!(p.budgets.len(), 2);
+    let facts = ToolFacts {
+        read_only: None,
+        destructive: None,
+        pin: PinState::Trusted,
+    };
+    assert_eq!(
+        p.decide("github", "delete_repo", facts).decision,
+        Decision::Deny
+    );
+    assert_eq!(
+        p.decide("filesystem", "write_file", facts).decision,
+        Decision::Allow
+    );
+    assert_eq!(p.decide("slack", "post", facts).decision, Decision::Ask);
+    let audit = &parsed.config.audit;
+    assert_eq!(
+        audit.path.as_deref(),
+        Some(Path::new("/home/me/audit.jsonl"))
+    );
+    assert_eq!((audit.max_bytes, audit.keep), (1 << 20, 3));
+    Ok(())
+}
+
+#[test]
+fn policy_mistakes_name_the_key() {
+    let e = error(r#"{"policy": {"rules": {"github.delete_*": "block"}}}"#);
+    assert!(
+        e.contains("policy.rules.github.delete_*") && e.contains("\"allow\", \"ask\" or \"deny\""),
+        "{e}"
+    );
+    let e = error(r#"{"policy": {"rules": {"github.": "deny"}}}"#);
+    assert!(
+        e.contains("policy.rules.github.") && e.contains("empty server or tool part"),
+        "{e}"
+    );
+    let e = error(r#"{"policy": {"budgets": {"github.*": -1}}}"#);
+    assert!(
+        e.contains("policy.budgets.github.*") && e.contains("whole number of calls"),
+        "{e}"
+    );
+    let e = error(r#"{"policy": {"on_change": "allow"}}"#);
+    assert!(e.contains("policy.on_change"), "{e}");
+    let e = error(r#"{"policy": {"defualt": "deny"}}"#);
+    assert!(
+        e.contains("policy.defualt") && e.contains("unknown key"),
+        "{e}"
+    );
+    let e = error(r#"{"policy": {"audit": {"max_bytes": 10}}}"#);
+    assert!(e.contains("policy.audit.max_bytes"), "{e}");
+}
