@@ -10,9 +10,14 @@
 //! And the [`SkillStore`]: code agents saved to reuse, one directory per
 //! skill in the Agent Skills layout (SKILL.md with YAML front matter, and
 //! the code), with earlier versions kept.
+//!
+//! And the [`PinStore`]: each upstream server's tool digests as first
+//! trusted, for the policy's trust-on-first-use check.
 
+mod atomic;
 mod error;
 mod path;
+mod pins;
 mod skill_export;
 mod skill_file;
 mod skill_name;
@@ -21,6 +26,7 @@ mod workspace;
 
 pub use error::{SkillError, WorkspaceError};
 pub use path::validate_relative;
+pub use pins::{PinError, PinStore};
 pub use skill_export::{SkillDir, find_skill_dirs, read_skill_dir};
 pub use skill_file::{Parsed as ParsedSkillFile, SkillMeta, parse as parse_skill_file};
 pub use skill_name::{MAX_NAME, SkillName};

@@ -10,7 +10,6 @@
 //! host take the lock shared.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -492,23 +491,7 @@ fn now() -> String {
 
 /// Writes `content` to a temporary file beside `path`, then renames it over.
 pub(crate) fn write_atomic(path: &Path, content: &[u8]) -> Result<(), SkillError> {
-    let tmp = path.with_file_name(format!(
-        ".{}.tmp-{}-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id(),
-        next_id()
-    ));
-    let result = (|| {
-        let mut file = File::create_new(&tmp)?;
-        file.write_all(content)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io(path, e));
-    }
-    Ok(())
+    crate::atomic::write(path, content).map_err(|e| io(path, e))
 }
 
 /// A number no other call in this process gets, with the time, so names

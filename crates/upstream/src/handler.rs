@@ -1,7 +1,7 @@
 //! Our side of each upstream session: it listens for tool-list changes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rmcp::ClientHandler;
 use rmcp::RoleClient;
@@ -14,6 +14,8 @@ use tokio::sync::Notify;
 pub struct Handler {
     pub stale: Arc<AtomicBool>,
     pub changed: Arc<Notify>,
+    /// Bumped so the policy lists the tools again before the next call.
+    pub generation: Arc<AtomicU64>,
 }
 
 impl ClientHandler for Handler {
@@ -25,6 +27,7 @@ impl ClientHandler for Handler {
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.stale.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.changed.notify_waiters();
     }
 }

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use cem_config::{Config, ServerConfig, Transport};
@@ -64,6 +64,11 @@ pub struct Upstream {
     connect_timeout: Duration,
     /// Bumped when the server starts sending a message too big to accept.
     oversized: tokio::sync::watch::Sender<u64>,
+    /// Bumped on every new connection and every list_changed notice: a
+    /// live list read under another generation is out of date.
+    generation: Arc<AtomicU64>,
+    /// The tool list this connection's server gave, and its generation.
+    live: std::sync::Mutex<Option<(u64, Arc<Vec<Tool>>)>>,
 }
 
 impl Upstream {
@@ -119,6 +124,7 @@ impl Upstream {
         };
         let peer = service.peer().clone();
         *conn = Some(service);
+        self.generation.fetch_add(1, Ordering::SeqCst);
         self.set_status(ServerStatus::Connected);
         Ok(peer)
     }
@@ -132,6 +138,7 @@ impl Upstream {
         let handler = Handler {
             stale: self.stale.clone(),
             changed: self.changed.clone(),
+            generation: self.generation.clone(),
         };
         match &self.config.transport {
             Transport::Stdio {
@@ -262,6 +269,8 @@ impl Manager {
                     changed: changed.clone(),
                     connect_timeout,
                     oversized: tokio::sync::watch::Sender::new(0),
+                    generation: Arc::new(AtomicU64::new(0)),
+                    live: std::sync::Mutex::new(None),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -342,6 +351,58 @@ impl Manager {
         }
         if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
             tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
+        }
+        Ok(tools)
+    }
+
+    /// The tools the server lists on its current connection (connecting
+    /// first if needed), never a cache: what a call is about to reach.
+    /// Listed once per connection and again after the server says its list
+    /// changed. The known list and the disk cache are updated with it.
+    pub async fn live_tools(&self, name: &str) -> Result<Arc<Vec<Tool>>, UpstreamError> {
+        let upstream = self.get(name)?;
+        let peer = upstream.peer().await?;
+        let generation = upstream.generation.load(Ordering::SeqCst);
+        if let Ok(live) = upstream.live.lock()
+            && let Some((g, tools)) = live.as_ref()
+            && *g == generation
+        {
+            return Ok(tools.clone());
+        }
+        let limit = self.timeout_for(upstream);
+        let tools = match tokio::time::timeout(limit, peer.list_all_tools()).await {
+            Ok(Ok(tools)) => Arc::new(tools),
+            Ok(Err(e)) => {
+                return Err(UpstreamError::Call {
+                    server: name.to_string(),
+                    cause: format!("tools/list failed: {e}"),
+                });
+            }
+            Err(_) => {
+                return Err(UpstreamError::Timeout {
+                    server: name.to_string(),
+                    what: "tools/list".into(),
+                    seconds: limit.as_secs(),
+                });
+            }
+        };
+        if let Ok(mut live) = upstream.live.lock() {
+            *live = Some((generation, tools.clone()));
+        }
+        let key = upstream.config.name.clone();
+        let known_differs = self
+            .known
+            .lock()
+            .ok()
+            .is_some_and(|k| k.get(&key).is_none_or(|t| t.as_ref() != tools.as_ref()));
+        if known_differs {
+            if let Ok(mut k) = self.known.lock() {
+                k.insert(key, tools.clone());
+            }
+            if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
+                tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
+            }
+            self.changed.notify_waiters();
         }
         Ok(tools)
     }
