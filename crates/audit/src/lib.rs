@@ -2,7 +2,8 @@
 //!
 //! One JSON object per line, appended to `audit.jsonl` (0600) and never
 //! rewritten: each line has `ts` (RFC 3339, UTC, milliseconds) and `event`
-//! (`execution`, `call` or `decision`) and the event's fields. When the file
+//! (`execution`, `call`, `decision`, or `pins` for an accepted change) and
+//! the event's fields. When the file
 //! would pass its size limit it is renamed to `audit.jsonl.1` (older ones
 //! shift to `.2`, ...; the oldest beyond `keep` is deleted) and a new one
 //! starts. Every string is passed through the personal-data detector before

@@ -142,13 +142,19 @@ mod tests {
         let path = dir.path().join("audit").join("audit.jsonl");
         let log = AuditLog::new(path.clone(), 4096, 2);
         for i in 0..100 {
-            let appended = log.append("call", json!({"tool": "memory.create_entities", "n": i, "error": "bad ana@example.com"}));
+            let appended = log.append(
+                "call",
+                json!({"tool": "memory.create_entities", "n": i, "error": "bad ana@example.com"}),
+            );
             assert!(appended.is_ok(), "{appended:?}");
         }
         let current = std::fs::read_to_string(&path).unwrap_or_default();
         let first = std::fs::read_to_string(rotated(&path, 1)).unwrap_or_default();
         let second = std::fs::read_to_string(rotated(&path, 2)).unwrap_or_default();
-        assert!(!rotated(&path, 3).exists(), "only `keep` rotated files stay");
+        assert!(
+            !rotated(&path, 3).exists(),
+            "only `keep` rotated files stay"
+        );
         for text in [&current, &first, &second] {
             assert!(!text.is_empty() && text.len() <= 4096);
             assert!(!text.contains("ana@example.com"));
@@ -158,9 +164,12 @@ mod tests {
                 assert!(v["ts"].as_str().is_some_and(|t| t.ends_with('Z')));
             }
         }
-        let last: Value = serde_json::from_str(current.lines().last().unwrap_or_default()).unwrap_or_default();
+        let last: Value =
+            serde_json::from_str(current.lines().last().unwrap_or_default()).unwrap_or_default();
         assert_eq!(last["n"], 99);
-        let mode = std::fs::metadata(&path).map(|m| m.mode() & 0o777).unwrap_or(0);
+        let mode = std::fs::metadata(&path)
+            .map(|m| m.mode() & 0o777)
+            .unwrap_or(0);
         assert_eq!(mode, 0o600);
     }
 
@@ -170,7 +179,11 @@ mod tests {
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, "x").unwrap_or_else(|e| panic!("{e}"));
         let log = AuditLog::new(blocker.join("audit.jsonl"), 1 << 20, 3);
-        let err = log.append("call", json!({})).err().map(|e| e.to_string()).unwrap_or_default();
+        let err = log
+            .append("call", json!({}))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("the tool call is refused"), "{err}");
     }
 }

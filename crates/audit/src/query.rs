@@ -131,18 +131,29 @@ mod tests {
         let path = dir.path().join("audit.jsonl");
         let log = AuditLog::new(path.clone(), 4096, 10);
         for i in 0..60 {
-            let tool = if i % 2 == 0 { "memory.create_entities" } else { "git.git_log" };
+            let tool = if i % 2 == 0 {
+                "memory.create_entities"
+            } else {
+                "git.git_log"
+            };
             let decision = if i % 3 == 0 { "deny" } else { "allow" };
             let _ = log.append("decision", json!({"tool": tool, "decision": decision, "session": format!("s{}", i % 4), "n": i}));
         }
         assert!(rotated(&path, 1).exists(), "the test needs rotation");
         let all = read(&path, &Filter::default(), 1000).unwrap_or_default();
         assert_eq!(all.len(), 60);
-        assert_eq!(all.first().map(|v| v["n"].clone()), Some(json!(0)), "oldest first");
+        assert_eq!(
+            all.first().map(|v| v["n"].clone()),
+            Some(json!(0)),
+            "oldest first"
+        );
         let last = read(&path, &Filter::default(), 5).unwrap_or_default();
         let ns: Vec<_> = last.iter().map(|v| v["n"].as_u64().unwrap_or(0)).collect();
         assert_eq!(ns, [55, 56, 57, 58, 59]);
-        let memory = Filter { tool: Some("memory".into()), ..Filter::default() };
+        let memory = Filter {
+            tool: Some("memory".into()),
+            ..Filter::default()
+        };
         assert_eq!(read(&path, &memory, 1000).unwrap_or_default().len(), 30);
         let denied_git = Filter {
             tool: Some("git.git_*".into()),
@@ -152,7 +163,10 @@ mod tests {
         let found = read(&path, &denied_git, 1000).unwrap_or_default();
         assert_eq!(found.len(), 10);
         assert!(found.iter().all(|v| v["n"].as_u64().unwrap_or(0) % 6 == 3));
-        let session = Filter { session: Some("s1".into()), ..Filter::default() };
+        let session = Filter {
+            session: Some("s1".into()),
+            ..Filter::default()
+        };
         assert_eq!(read(&path, &session, 1000).unwrap_or_default().len(), 15);
         let future = Filter {
             since: Some(SystemTime::now() + std::time::Duration::from_secs(3600)),

@@ -59,7 +59,8 @@ mod tests {
 
     #[test]
     fn personal_data_is_replaced_by_its_kind() {
-        let text = "mail ana@example.com or call +1 415 555 2671, key sk-proj-abcdefghijklmnopqrstuvwx";
+        let text =
+            "mail ana@example.com or call +1 415 555 2671, key sk-proj-abcdefghijklmnopqrstuvwx";
         let clean = redact(text);
         assert!(!clean.contains("ana@example.com"), "{clean}");
         assert!(!clean.contains("555 2671"), "{clean}");

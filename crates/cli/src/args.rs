@@ -66,9 +66,61 @@ pub enum Command {
     /// Saved skills from the shell.
     #[command(subcommand)]
     Skills(SkillsCommand),
+    /// Pinned tool digests: review what changed since a server was trusted, accept it.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// The audit log: executions, tool calls and policy decisions.
+    Audit(AuditArgs),
     /// Count o200k tokens, as execute_code's `tokens` field does: read JSON
     /// lines (each a JSON string) on stdin, print one count per line.
     Tokens,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Tools that appeared, disappeared or changed (description, input
+    /// schema, annotations) since their server was pinned, with a diff.
+    /// Exits 1 when there are changes.
+    Review {
+        /// Only this server.
+        server: Option<String>,
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Accept a server's tools (or one tool) as they are now: they stop asking.
+    Accept {
+        /// SERVER or SERVER.TOOL
+        target: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Show the last N matching lines.
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub last: usize,
+    /// Only this tool (server.tool), server, or glob (github.delete_*).
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// Only this MCP session key or execute_code session_id.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only decisions: allow, ask or deny, or an answer (allow_once, allow_execution, allow_session).
+    #[arg(long)]
+    pub decision: Option<String>,
+    /// Only this event: execution, call or decision.
+    #[arg(long)]
+    pub event: Option<String>,
+    /// From this time (RFC 3339, e.g. 2026-11-25T10:00:00Z) or this long ago (30m, 2h, 1day).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Up to this time (same forms).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Print the JSON lines as they are.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

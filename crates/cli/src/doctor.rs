@@ -79,6 +79,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     checks.push(python_check(&python));
 
     if let Some(config) = &config {
+        checks.push(policy_check(cli, config));
         checks.extend(upstream_checks(cli, config));
     }
     let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
@@ -256,6 +257,84 @@ fn tempdir() -> std::io::Result<std::path::PathBuf> {
     Ok(dir)
 }
 
+/// The policy in force, in one line.
+fn policy_check(cli: &Cli, config: &cem_config::Config) -> Check {
+    let p = &config.policy;
+    let rules: Vec<String> = p
+        .rules
+        .iter()
+        .map(|r| format!("{} {}", r.pattern, r.decision))
+        .collect();
+    let budgets: Vec<String> = p
+        .budgets
+        .iter()
+        .map(|b| format!("{} {}", b.pattern, b.limit))
+        .collect();
+    let audit = match &config.audit.path {
+        Some(path) => path.display().to_string(),
+        None => setup::data_dir(cli)
+            .map(|d| d.join("audit").join("audit.jsonl").display().to_string())
+            .unwrap_or_else(|_| "<data dir>/audit/audit.jsonl".into()),
+    };
+    Check {
+        name: "policy",
+        status: Status::Ok,
+        detail: format!(
+            "default {}; rules: {}; without a rule, readOnlyHint allows and destructiveHint asks; budgets per execution: {}; \
+             changed tools: {}; approvals time out after {} s; audit log {audit}",
+            p.default,
+            if rules.is_empty() {
+                "none".to_string()
+            } else {
+                rules.join(", ")
+            },
+            if budgets.is_empty() {
+                "none".to_string()
+            } else {
+                budgets.join(", ")
+            },
+            p.on_change,
+            p.approval_timeout_seconds,
+        ),
+    }
+}
+
+/// A server's tool count, and the tools whose pinned digest no longer holds.
+fn pins_check(pins: &cem_store::PinStore, server: &str, tools: &[cem_upstream::Tool]) -> Check {
+    let listed: Vec<serde_json::Value> = tools
+        .iter()
+        .filter_map(|t| serde_json::to_value(t).ok())
+        .collect();
+    let (status, pinned) = match pins.load(server) {
+        Ok(None) => (Status::Ok, "not pinned yet".to_string()),
+        Ok(Some(p)) => {
+            let changes = p.changes(&listed);
+            if changes.is_empty() {
+                (Status::Ok, "pins hold".to_string())
+            } else {
+                let named: Vec<String> = changes
+                    .iter()
+                    .map(|c| format!("{server}.{}", c.tool()))
+                    .collect();
+                (
+                    Status::Warn,
+                    format!(
+                        "{} tool(s) changed since pinned ({}): they ask until `code-execution-mcp policy review` / `policy accept`",
+                        changes.len(),
+                        named.join(", ")
+                    ),
+                )
+            }
+        }
+        Err(e) => (Status::Warn, e.to_string()),
+    };
+    Check {
+        name: "upstream",
+        status,
+        detail: format!("{server}: {} tools; {pinned}", tools.len()),
+    }
+}
+
 /// Starts (or reaches) every enabled upstream and lists its tools.
 fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
     if config.servers.is_empty() {
@@ -277,14 +356,11 @@ fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
         manager.shutdown().await;
         r
     });
+    let pins = cem_store::PinStore::new(&data_dir.join("policy").join("pins"));
     let mut checks: Vec<Check> = results
         .into_iter()
         .map(|(server, result)| match result {
-            Ok(tools) => Check {
-                name: "upstream",
-                status: Status::Ok,
-                detail: format!("{server}: {} tools", tools.len()),
-            },
+            Ok(tools) => pins_check(&pins, &server, &tools),
             Err(e) => Check {
                 name: "upstream",
                 status: Status::Warn,

@@ -54,7 +54,11 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
         // PII handling), on a runtime worker as the server's handlers run.
         let worker_state = state.clone();
         let answer = tokio::spawn(async move {
-            let session = worker_state.session("cli");
+            let mut session = worker_state.session("cli");
+            match crate::terminal::approver() {
+                Ok(approver) => session.approver = Some(approver),
+                Err(why) => session.no_approver = why,
+            }
             let args = cem_server::tools::Args::new(Some(arguments));
             cem_server::tools::call(&worker_state, "execute_code", args, &session).await
         })

@@ -2,15 +2,18 @@
 //! loads the config and hands over to the library crates.
 
 mod args;
+mod audit;
 mod doctor;
 mod exec;
 mod json_lines;
 mod logging;
 mod pii;
+mod policy;
 mod run;
 mod serve;
 mod setup;
 mod skills;
+mod terminal;
 mod tools;
 
 use std::process::ExitCode;
@@ -41,6 +44,8 @@ fn main() -> ExitCode {
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Pii(cmd) => pii::run(cmd),
         Command::Skills(cmd) => skills::run(&cli, cmd),
+        Command::Policy(cmd) => policy::run(&cli, cmd),
+        Command::Audit(args) => audit::run(&cli, args),
         // The embedded o200k tokenizer from the shell, so benchmarks and
         // scripts count exactly as execute_code's `tokens` field does.
         Command::Tokens => {

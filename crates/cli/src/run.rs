@@ -54,7 +54,25 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "script.py".into());
     let answer = runtime.block_on(async {
-        let bridge = cem_server::bridge::ToolBridge::shared(state.clone(), state.session("cli"));
+        let (approver, no_approver) = match crate::terminal::approver() {
+            Ok(a) => (Some(a), String::new()),
+            Err(why) => (None, why),
+        };
+        let exec = Arc::new(cem_server::gate::Execution::new(
+            &state.gate,
+            cem_server::gate::Caller::Run,
+            "cli",
+            None,
+            approver,
+            &no_approver,
+        ));
+        let code_digest = cem_server::gate::sha256(code.as_bytes());
+        let code_bytes = code.len();
+        let bridge = cem_server::bridge::ToolBridge::shared(
+            state.clone(),
+            state.session("cli"),
+            exec.clone(),
+        );
         let request = ExecRequest {
             code,
             timeout_seconds: Some(timeout),
@@ -65,6 +83,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         };
         let answer = state.engine.execute(request, Some(bridge)).await;
+        cem_server::tools::audit_execution(&state, &exec, &code_digest, code_bytes, &answer);
         state.catalog.manager().shutdown().await;
         answer
     });

@@ -229,10 +229,28 @@ async fn call_direct(
         Err(e) => return Err(format!("--args is not JSON: {e}")),
     };
     let manager = state.catalog.manager();
-    let first = manager
-        .call(server, tool, arguments.clone(), None)
-        .await
-        .map_err(|e| e.to_string())?;
+    // The same policy as calls from code: rules, pins, budgets, approval
+    // (on the terminal), audit.
+    let (approver, no_approver) = match crate::terminal::approver() {
+        Ok(a) => (Some(a), String::new()),
+        Err(why) => (None, why),
+    };
+    let exec = cem_server::gate::Execution::new(
+        &state.gate,
+        cem_server::gate::Caller::Cli,
+        "cli",
+        None,
+        approver,
+        &no_approver,
+    );
+    let shown_args = Value::Object(arguments.clone().unwrap_or_default());
+    let shown = move || shown_args.clone();
+    let upstream = manager.get(server).map_err(|e| e.to_string())?;
+    let server = upstream.config.name.as_str();
+    let first = state
+        .gate
+        .call(manager, &exec, server, tool, arguments.clone(), &shown)
+        .await?;
     let Some(Timing {
         repeat: n,
         concurrency,
@@ -246,10 +264,10 @@ async fn call_direct(
         return Ok(());
     };
     for _ in 0..warmup {
-        manager
-            .call(server, tool, arguments.clone(), None)
-            .await
-            .map_err(|e| e.to_string())?;
+        state
+            .gate
+            .call(manager, &exec, server, tool, arguments.clone(), &shown)
+            .await?;
     }
     let concurrency = concurrency.max(1);
     let started = std::time::Instant::now();
@@ -259,13 +277,14 @@ async fn call_direct(
         let batch = concurrency.min(n - done);
         let calls = (0..batch).map(|_| async {
             let t0 = std::time::Instant::now();
-            manager
-                .call(server, tool, arguments.clone(), None)
+            state
+                .gate
+                .call(manager, &exec, server, tool, arguments.clone(), &shown)
                 .await
                 .map(|_| t0.elapsed().as_secs_f64() * 1000.0)
         });
         for r in futures::future::join_all(calls).await {
-            times.push(r.map_err(|e| e.to_string())?);
+            times.push(r?);
         }
         done += batch;
     }

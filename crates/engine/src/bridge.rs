@@ -30,4 +30,10 @@ pub trait Bridge: Send + Sync {
     /// `import servers.<server>` found no wrappers (`{"server"}`): list the
     /// server's tools (starting it if needed) and write them.
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+    /// Time this execution has spent waiting for a human to approve a call
+    /// (the wait under way included). The execution's timeout is extended
+    /// by it: the code is not running while a person reads the question.
+    fn paused(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }

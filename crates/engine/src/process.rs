@@ -320,7 +320,8 @@ impl Interp {
         bridge: Option<&Arc<dyn Bridge>>,
         stats: &mut CallStats,
     ) -> Result<Value, Failure> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + timeout;
         self.send(request, deadline).await?;
         // Tool calls in flight, polled by this task: an answer goes back
         // without a hop through another task. Whatever is still running when
@@ -339,6 +340,13 @@ impl Interp {
             };
             match step {
                 Step::TimedOut => {
+                    // Waiting for a person's approval does not count.
+                    let paused = bridge.map(|b| b.paused()).unwrap_or_default();
+                    let extended = started + timeout + paused;
+                    if extended > tokio::time::Instant::now() {
+                        deadline = extended;
+                        continue;
+                    }
                     self.kill().await;
                     return Err(Failure::Timeout);
                 }

@@ -101,7 +101,10 @@ mod tests {
         assert!(b.charge("github", "list").is_ok());
         let err = b.charge("github", "list").err().map(|e| e.pattern);
         assert_eq!(err.as_deref(), Some("github.*"));
-        assert!(b.charge("slack", "post").is_ok(), "other servers are not bounded");
+        assert!(
+            b.charge("slack", "post").is_ok(),
+            "other servers are not bounded"
+        );
     }
 
     #[test]
@@ -112,7 +115,14 @@ mod tests {
         assert!(b.charge("s", "a").is_err());
         b.refund("s", "a");
         assert!(b.charge("s", "a").is_ok());
-        let message = b.charge("s", "b").err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(message.contains("\"s.*\" of 2 call(s) per execution is used up"), "{message}");
+        let message = b
+            .charge("s", "b")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            message.contains("\"s.*\" of 2 call(s) per execution is used up"),
+            "{message}"
+        );
     }
 }

@@ -76,7 +76,13 @@ impl fmt::Display for Pattern {
 /// Names compare without case and with `-` as `_`.
 fn fold(text: &str) -> String {
     text.chars()
-        .map(|c| if c == '-' { '_' } else { c.to_ascii_lowercase() })
+        .map(|c| {
+            if c == '-' {
+                '_'
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
         .collect()
 }
 

@@ -171,9 +171,17 @@ mod tests {
 
     #[test]
     fn changes_added_and_removed_tools_are_found_and_accepted() {
-        let before = [tool("read", "reads", "path"), tool("write", "writes", "path"), tool("old", "x", "y")];
+        let before = [
+            tool("read", "reads", "path"),
+            tool("write", "writes", "path"),
+            tool("old", "x", "y"),
+        ];
         let pins = Pins::of(&before);
-        let now = [tool("read", "reads", "path"), tool("write", "writes anywhere", "target"), tool("new", "n", "z")];
+        let now = [
+            tool("read", "reads", "path"),
+            tool("write", "writes anywhere", "target"),
+            tool("new", "n", "z"),
+        ];
         assert_eq!(pins.state(&now[0]), PinState::Trusted);
         assert_eq!(pins.state(&now[1]), PinState::Changed);
         assert_eq!(pins.state(&now[2]), PinState::New);
@@ -187,7 +195,11 @@ mod tests {
         let mut one = pins.clone();
         one.accept(&now, Some("write"));
         assert_eq!(one.state(&now[1]), PinState::Trusted);
-        assert_eq!(one.state(&now[2]), PinState::New, "only the named tool is accepted");
+        assert_eq!(
+            one.state(&now[2]),
+            PinState::New,
+            "only the named tool is accepted"
+        );
         one.accept(&now, Some("old"));
         assert!(!one.tools.contains_key("old"), "a gone tool is unpinned");
         let mut all = pins;

@@ -86,7 +86,11 @@ impl Policy {
         } else if facts.read_only == Some(true) {
             (Decision::Allow, None, "annotation readOnlyHint".to_string())
         } else if facts.destructive == Some(true) {
-            (Decision::Ask, None, "annotation destructiveHint".to_string())
+            (
+                Decision::Ask,
+                None,
+                "annotation destructiveHint".to_string(),
+            )
         } else if facts.read_only == Some(false) && facts.destructive.is_none() {
             // The MCP spec: destructiveHint defaults to true on a tool that
             // is not read-only.
@@ -156,9 +160,18 @@ mod tests {
             rule("github.delete_branch", Decision::Ask),
             rule("*", Decision::Deny),
         ]);
-        assert_eq!(p.decide("github", "list_issues", PLAIN).decision, Decision::Allow);
-        assert_eq!(p.decide("github", "delete_repo", PLAIN).decision, Decision::Deny);
-        assert_eq!(p.decide("github", "delete_branch", PLAIN).decision, Decision::Ask);
+        assert_eq!(
+            p.decide("github", "list_issues", PLAIN).decision,
+            Decision::Allow
+        );
+        assert_eq!(
+            p.decide("github", "delete_repo", PLAIN).decision,
+            Decision::Deny
+        );
+        assert_eq!(
+            p.decide("github", "delete_branch", PLAIN).decision,
+            Decision::Ask
+        );
         assert_eq!(p.decide("slack", "post", PLAIN).decision, Decision::Deny);
         let v = p.decide("github", "delete_repo", PLAIN);
         assert_eq!(v.rule.as_deref(), Some("github.delete_*"));
@@ -167,7 +180,10 @@ mod tests {
 
     #[test]
     fn equally_specific_rules_take_the_stricter() {
-        let p = policy(vec![rule("a.x*", Decision::Allow), rule("a.*y", Decision::Deny)]);
+        let p = policy(vec![
+            rule("a.x*", Decision::Allow),
+            rule("a.*y", Decision::Deny),
+        ]);
         assert_eq!(p.decide("a", "xy", PLAIN).decision, Decision::Deny);
     }
 
@@ -193,16 +209,34 @@ mod tests {
             ..PLAIN
         };
         assert_eq!(p.decide("fs", "read", read_only).decision, Decision::Allow);
-        assert_eq!(p.decide("fs", "delete", destructive).decision, Decision::Ask);
-        assert_eq!(p.decide("fs", "move", not_read_only).decision, Decision::Ask);
-        assert_eq!(p.decide("fs", "mkdir", harmless_write).decision, Decision::Allow);
-        assert_eq!(p.decide("fs", "write_file", destructive).decision, Decision::Allow);
+        assert_eq!(
+            p.decide("fs", "delete", destructive).decision,
+            Decision::Ask
+        );
+        assert_eq!(
+            p.decide("fs", "move", not_read_only).decision,
+            Decision::Ask
+        );
+        assert_eq!(
+            p.decide("fs", "mkdir", harmless_write).decision,
+            Decision::Allow
+        );
+        assert_eq!(
+            p.decide("fs", "write_file", destructive).decision,
+            Decision::Allow
+        );
         let strict = Policy {
             default: Decision::Deny,
             ..Policy::default()
         };
-        assert_eq!(strict.decide("fs", "mkdir", harmless_write).decision, Decision::Deny);
-        assert_eq!(strict.decide("fs", "read", read_only).decision, Decision::Allow);
+        assert_eq!(
+            strict.decide("fs", "mkdir", harmless_write).decision,
+            Decision::Deny
+        );
+        assert_eq!(
+            strict.decide("fs", "read", read_only).decision,
+            Decision::Allow
+        );
         assert_eq!(strict.decide("x", "y", PLAIN).reason, "default");
     }
 
@@ -223,11 +257,18 @@ mod tests {
         assert_eq!(p.decide("s", "allowed", changed).decision, Decision::Ask);
         assert_eq!(p.decide("s", "other", new).decision, Decision::Ask);
         assert_eq!(p.decide("s", "denied", changed).decision, Decision::Deny);
-        assert!(p.decide("s", "allowed", changed).reason.contains("changed since it was pinned"));
+        assert!(
+            p.decide("s", "allowed", changed)
+                .reason
+                .contains("changed since it was pinned")
+        );
         let deny = Policy {
             on_change: Decision::Deny,
             ..p
         };
-        assert_eq!(deny.decide("s", "allowed", changed).decision, Decision::Deny);
+        assert_eq!(
+            deny.decide("s", "allowed", changed).decision,
+            Decision::Deny
+        );
     }
 }

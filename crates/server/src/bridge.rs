@@ -11,6 +11,7 @@ use cem_engine::{BoxFuture, Bridge, CallError};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::gate::Execution;
 use crate::privacy::{self, Session};
 use cem_pii::Kind;
 
@@ -21,14 +22,20 @@ const INLINE_BINARY: usize = 64 << 10;
 
 pub struct ToolBridge {
     state: Arc<AppState>,
+    /// The execution's policy state: budgets, grants, how to ask.
+    exec: Arc<Execution>,
     /// The session the execution belongs to: its vault restores tokens in
     /// tool arguments and serves tokenize_pii / detokenize_pii.
     session: Session,
 }
 
 impl ToolBridge {
-    pub fn shared(state: Arc<AppState>, session: Session) -> Arc<dyn Bridge> {
-        Arc::new(ToolBridge { state, session })
+    pub fn shared(state: Arc<AppState>, session: Session, exec: Arc<Execution>) -> Arc<dyn Bridge> {
+        Arc::new(ToolBridge {
+            state,
+            session,
+            exec,
+        })
     }
 }
 
@@ -36,7 +43,12 @@ impl Bridge for ToolBridge {
     fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>> {
         let state = self.state.clone();
         let session = self.session.clone();
-        Box::pin(async move { call(&state, &session, &tool, arguments).await })
+        let exec = self.exec.clone();
+        Box::pin(async move { call(&state, &session, &exec, &tool, arguments).await })
+    }
+
+    fn paused(&self) -> std::time::Duration {
+        self.exec.paused.total()
     }
 
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
@@ -161,6 +173,7 @@ fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
 async fn call(
     state: &Arc<AppState>,
     session: &Session,
+    exec: &Execution,
     tool: &str,
     mut arguments: Value,
 ) -> Result<Value, CallError> {
@@ -204,9 +217,21 @@ async fn call(
                 .unwrap_or_else(|| name.to_string()),
         },
     };
+    // The arguments as the model would see them, for an approval question:
+    // personal data the code read stays a token there.
+    let pii = &state.config.pii;
+    // Made only when a question is asked: detection costs time.
+    let raw = arguments.clone();
+    let shown = move || {
+        let mut shown = raw.clone();
+        if privacy::automatic(pii) {
+            let mut counts = std::collections::BTreeMap::new();
+            privacy::tokenize_value(&mut session.vault(), &mut shown, &pii.types, &mut counts);
+        }
+        shown
+    };
     // Tokens the model passed into the code become real values again, for
     // the upstreams allowed to receive them; others get the tokens.
-    let pii = &state.config.pii;
     if privacy::automatic(pii) && privacy::may_restore(&pii.restore_to, &server, &name) {
         privacy::restore_value(&session.vault(), &mut arguments);
     }
@@ -221,10 +246,11 @@ async fn call(
             ));
         }
     };
-    let result = manager
-        .call(&server, &name, arguments, None)
+    let result = state
+        .gate
+        .call(manager, exec, &server, &name, arguments, &shown)
         .await
-        .map_err(|e| fail(&server, &name, e.to_string()))?;
+        .map_err(|e| fail(&server, &name, e))?;
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
     if result.is_error == Some(true) {
         return Err(fail(

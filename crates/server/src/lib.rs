@@ -8,8 +8,10 @@
 //! Shared, process-wide state lives in [`AppState`]; each MCP session gets
 //! its own handler value, so per-session state never crosses sessions.
 
+pub mod approval;
 pub mod bridge;
 pub mod discovery;
+pub mod gate;
 mod handler;
 mod http;
 pub mod privacy;

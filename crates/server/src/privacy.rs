@@ -26,6 +26,10 @@ pub struct Session {
     /// The session key (also scopes execute_code's `session_id`).
     pub key: String,
     pub vault: Arc<Mutex<Vault>>,
+    /// Who can approve this session's `ask` tool calls (none: refused).
+    pub approver: Option<crate::approval::SharedApprover>,
+    /// Why there is no approver, in words for the refusal.
+    pub no_approver: String,
 }
 
 impl Session {

@@ -1,5 +1,6 @@
 //! Process-wide state shared by every MCP session.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -34,6 +35,11 @@ pub struct AppState {
     pub vaults: Vaults,
     /// Hashes credentials into session keys (random per process).
     pub key_hasher: std::hash::RandomState,
+    /// The policy, pins and audit log every upstream call passes.
+    pub gate: crate::gate::Gate,
+    /// Executions paused on an approval question that went back to the
+    /// client in an input-required result, by their requestState handle.
+    pub paused: std::sync::Mutex<HashMap<String, crate::handler::Paused>>,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -62,6 +68,8 @@ impl AppState {
         Session {
             key: key.to_string(),
             vault: self.vaults.get(key),
+            approver: None,
+            no_approver: "nothing here can ask a person".into(),
         }
     }
 
@@ -140,7 +148,19 @@ impl AppState {
             Some(data_dir.to_path_buf()),
             Some(skills.clone()),
         ));
+        let audit_path = config
+            .audit
+            .path
+            .clone()
+            .unwrap_or_else(|| data_dir.join("audit").join("audit.jsonl"));
+        let gate = crate::gate::Gate::new(
+            config.policy.clone(),
+            cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
+            cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
+        );
         Ok(Self {
+            gate,
+            paused: std::sync::Mutex::new(HashMap::new()),
             engine,
             catalog,
             config,

@@ -7,6 +7,7 @@ use serde_json::json;
 
 use super::{Answer, Args, ToolDef, ToolFailure};
 use crate::AppState;
+use crate::gate::{Caller, Execution};
 use crate::privacy::{self, Session};
 
 pub const EXECUTE: ToolDef = ToolDef {
@@ -51,8 +52,20 @@ pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> An
 }
 
 async fn run(state: &Arc<AppState>, request: ExecRequest, session: &Session) -> Answer {
-    let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone());
-    match state.engine.execute(request, Some(bridge)).await {
+    let exec = Arc::new(Execution::new(
+        &state.gate,
+        Caller::Code,
+        &session.key,
+        request.session_id.clone(),
+        session.approver.clone(),
+        &session.no_approver,
+    ));
+    let code_digest = crate::gate::sha256(request.code.as_bytes());
+    let code_bytes = request.code.len();
+    let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
+    let outcome = state.engine.execute(request, Some(bridge)).await;
+    audit_execution(state, &exec, &code_digest, code_bytes, &outcome);
+    match outcome {
         Ok(answer) => {
             let is_error = !answer.success;
             let mut body = serde_json::to_value(&answer)
@@ -64,6 +77,45 @@ async fn run(state: &Arc<AppState>, request: ExecRequest, session: &Session) -> 
         }
         Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
         Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
+    }
+}
+
+/// The execution's line in the audit log. The calls it made were recorded
+/// before their answers returned; a failure here can only be logged.
+pub fn audit_execution(
+    state: &AppState,
+    exec: &Execution,
+    code_digest: &str,
+    code_bytes: usize,
+    outcome: &Result<cem_engine::ExecAnswer, EngineError>,
+) {
+    let (outcome, ms, calls, error) = match outcome {
+        Ok(a) => (
+            if a.success { "success" } else { "error" },
+            a.execution_time_ms,
+            a.tool_calls,
+            a.error.clone(),
+        ),
+        Err(e) => ("refused", 0, 0, Some(e.to_string())),
+    };
+    let error = error.map(|e| {
+        e.lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(300)
+            .collect::<String>()
+    });
+    let written = state.gate.audit.append(
+        "execution",
+        json!({
+            "exec": exec.id, "caller": exec.caller.as_str(), "session": exec.session,
+            "session_id": exec.session_id, "code_digest": code_digest, "code_bytes": code_bytes,
+            "ms": ms, "outcome": outcome, "tool_calls": calls, "error": error,
+        }),
+    );
+    if let Err(e) = written {
+        tracing::error!(error = %e, exec = %exec.id, "the execution could not be recorded");
     }
 }
 

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 pub use args::Args;
 pub use discovery::{CATEGORIES, DEFINITION, SEARCH};
+pub use execute::audit_execution;
 
 use crate::AppState;
 use crate::privacy::Session;

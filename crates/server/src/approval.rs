@@ -1,0 +1,314 @@
+//! Asking a person whether a tool call may go ahead.
+//!
+//! An [`Approver`] puts a [`Question`] to the human behind the client and
+//! returns their [`Answer`]. Two ways reach them through MCP:
+//! - [`ElicitApprover`]: an `elicitation/create` request on the session
+//!   (protocol 2025-06-18 and 2025-11-25, a client that declared the
+//!   `elicitation` capability);
+//! - [`InputRequiredApprover`]: the stateless 2026-07-28 revision's
+//!   input-required result: execute_code answers with the question, the
+//!   client retries with the answer, and the paused execution resumes
+//!   (see `handler.rs`).
+//!
+//! The CLI has its own, on the terminal. Where none can ask, an `ask` call is
+//! refused: never a question the model could answer itself.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cem_engine::BoxFuture;
+use rmcp::RoleServer;
+use rmcp::model::{ElicitRequest, ElicitResult, ElicitationAction};
+use rmcp::service::Peer;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+/// The longest description and arguments a question shows.
+const SHOW_DESCRIPTION: usize = 400;
+const SHOW_ARGUMENTS: usize = 2000;
+
+/// What the human is asked.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// `server.tool`.
+    pub tool: String,
+    pub description: String,
+    /// The arguments as the model sees them (personal data as tokens).
+    pub arguments: Value,
+    /// Calls of this tool this execution made before this one.
+    pub earlier_calls: u64,
+    /// Why the policy asks (the rule, the annotation, a pin change).
+    pub reason: String,
+    pub timeout: Duration,
+}
+
+impl Question {
+    /// The question as one message a client shows.
+    pub fn message(&self) -> String {
+        let arguments = clip(&self.arguments.to_string(), SHOW_ARGUMENTS);
+        let description = clip(self.description.trim(), SHOW_DESCRIPTION);
+        let earlier = match self.earlier_calls {
+            0 => "its first call in this execution".to_string(),
+            n => format!("{n} earlier call(s) of it in this execution"),
+        };
+        format!(
+            "Code the AI agent wrote wants to call the tool {tool} ({earlier}).\n\
+             What the tool does: {description}\n\
+             Arguments: {arguments}\n\
+             Asked because of the policy: {reason}.\n\
+             Answer within {secs} s, or the call is refused.",
+            tool = self.tool,
+            reason = self.reason,
+            secs = self.timeout.as_secs(),
+        )
+    }
+
+    /// The form: one choice.
+    pub fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "decision": {
+                    "type": "string",
+                    "title": "Allow this tool call?",
+                    "oneOf": [
+                        {"const": "allow_once", "title": "Allow this call once"},
+                        {"const": "allow_execution", "title": "Allow this tool for the rest of this execution"},
+                        {"const": "allow_session", "title": "Allow this tool for this session"},
+                        {"const": "deny", "title": "Deny"}
+                    ]
+                }
+            },
+            "required": ["decision"]
+        })
+    }
+
+    /// The question as an `elicitation/create` request.
+    pub fn elicit_request(&self) -> Result<ElicitRequest, String> {
+        serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": self.message(), "requestedSchema": Question::schema()}
+        }))
+        .map_err(|e| format!("cannot build the approval question: {e}"))
+    }
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}… (cut)")
+}
+
+/// The human's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Once,
+    Execution,
+    Session,
+    Deny,
+}
+
+impl Answer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Once => "allow_once",
+            Answer::Execution => "allow_execution",
+            Answer::Session => "allow_session",
+            Answer::Deny => "deny",
+        }
+    }
+
+    /// An elicitation result as an answer: only an accepted form with a
+    /// known choice allows; decline, cancel and anything else deny.
+    pub fn from_elicit(result: &ElicitResult) -> Answer {
+        if result.action != ElicitationAction::Accept {
+            return Answer::Deny;
+        }
+        let choice = result
+            .content
+            .as_ref()
+            .and_then(|c| c.get("decision"))
+            .and_then(Value::as_str);
+        match choice {
+            Some("allow_once") => Answer::Once,
+            Some("allow_execution") => Answer::Execution,
+            Some("allow_session") => Answer::Session,
+            _ => Answer::Deny,
+        }
+    }
+}
+
+/// An answer and who gave it (for the audit log).
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub answer: Answer,
+    /// `user via elicitation (client name)`, `terminal`, `timeout`, ...
+    pub by: String,
+}
+
+pub trait Approver: Send + Sync {
+    /// Asks; `Err` when the question could not be put (the call is refused).
+    fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>>;
+}
+
+/// `elicitation/create` on the client's session.
+pub struct ElicitApprover {
+    pub peer: Peer<RoleServer>,
+    pub client: String,
+}
+
+impl Approver for ElicitApprover {
+    fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>> {
+        let peer = self.peer.clone();
+        let by = format!("user via elicitation ({})", self.client);
+        Box::pin(async move {
+            let request = question.elicit_request()?;
+            let asked =
+                peer.create_elicitation_with_timeout(request.params, Some(question.timeout));
+            match tokio::time::timeout(question.timeout, asked).await {
+                Ok(Ok(result)) => Ok(Answered {
+                    answer: Answer::from_elicit(&result),
+                    by,
+                }),
+                Ok(Err(e)) if e.to_string().to_ascii_lowercase().contains("timeout") => {
+                    Ok(timed_out())
+                }
+                Ok(Err(e)) => Err(format!(
+                    "the client did not answer the approval question: {e}"
+                )),
+                Err(_) => Ok(timed_out()),
+            }
+        })
+    }
+}
+
+fn timed_out() -> Answered {
+    Answered {
+        answer: Answer::Deny,
+        by: "timeout (nobody answered)".into(),
+    }
+}
+
+/// A question waiting to travel in an input-required result.
+pub struct Asked {
+    pub request: ElicitRequest,
+    pub reply: oneshot::Sender<ElicitResult>,
+}
+
+/// Hands questions to the tools/call handler, which returns them to the
+/// client as an input-required result and passes the retried request's
+/// answer back.
+pub struct InputRequiredApprover {
+    pub questions: mpsc::UnboundedSender<Asked>,
+    pub client: String,
+}
+
+impl Approver for InputRequiredApprover {
+    fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>> {
+        let questions = self.questions.clone();
+        let by = format!("user via input-required elicitation ({})", self.client);
+        Box::pin(async move {
+            let request = question.elicit_request()?;
+            let (reply, answer) = oneshot::channel();
+            questions
+                .send(Asked { request, reply })
+                .map_err(|_| "the request that ran this code is gone".to_string())?;
+            match tokio::time::timeout(question.timeout, answer).await {
+                Ok(Ok(result)) => Ok(Answered {
+                    answer: Answer::from_elicit(&result),
+                    by,
+                }),
+                // The client never retried: the question was dropped.
+                Ok(Err(_)) | Err(_) => Ok(timed_out()),
+            }
+        })
+    }
+}
+
+/// Time spent waiting for answers, the wait under way included.
+#[derive(Debug, Default)]
+pub struct PauseClock {
+    inner: Mutex<(Duration, usize, Option<Instant>)>,
+}
+
+impl PauseClock {
+    pub fn start(&self) {
+        if let Ok(mut c) = self.inner.lock() {
+            if c.1 == 0 {
+                c.2 = Some(Instant::now());
+            }
+            c.1 += 1;
+        }
+    }
+
+    pub fn stop(&self) {
+        if let Ok(mut c) = self.inner.lock() {
+            c.1 = c.1.saturating_sub(1);
+            if c.1 == 0
+                && let Some(since) = c.2.take()
+            {
+                c.0 += since.elapsed();
+            }
+        }
+    }
+
+    pub fn total(&self) -> Duration {
+        self.inner
+            .lock()
+            .map(|c| c.0 + c.2.map(|s| s.elapsed()).unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+/// A shared approver.
+pub type SharedApprover = Arc<dyn Approver>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_question_is_a_valid_elicitation_and_answers_map_strictly() {
+        let q = Question {
+            tool: "memory.create_entities".into(),
+            description: "Create entities".into(),
+            arguments: json!({"entities": [{"name": "[EMAIL_1]"}]}),
+            earlier_calls: 2,
+            reason: "rule \"memory.create_entities\"".into(),
+            timeout: Duration::from_secs(120),
+        };
+        let request = q.elicit_request();
+        assert!(request.is_ok(), "{request:?}");
+        let text = q.message();
+        assert!(
+            text.contains("memory.create_entities")
+                && text.contains("[EMAIL_1]")
+                && text.contains("2 earlier call(s)"),
+            "{text}"
+        );
+        let accept = |v: Value| {
+            let mut r = ElicitResult::new(ElicitationAction::Accept);
+            r.content = Some(v);
+            r
+        };
+        assert_eq!(
+            Answer::from_elicit(&accept(json!({"decision": "allow_execution"}))),
+            Answer::Execution
+        );
+        assert_eq!(
+            Answer::from_elicit(&accept(json!({"decision": "yes please"}))),
+            Answer::Deny
+        );
+        assert_eq!(Answer::from_elicit(&accept(json!({}))), Answer::Deny);
+        assert_eq!(
+            Answer::from_elicit(&ElicitResult::new(ElicitationAction::Decline)),
+            Answer::Deny
+        );
+        assert_eq!(
+            Answer::from_elicit(&ElicitResult::new(ElicitationAction::Cancel)),
+            Answer::Deny
+        );
+    }
+}
