@@ -1,0 +1,298 @@
+"""Policy, approvals and audit for tool calls from code, with real clients and real upstreams.
+
+server-memory's create_entities is the write under test: a rule makes it `ask`, and the graph file
+(MEMORY_FILE_PATH) shows whether anything reached the server. The questions are answered by the
+Python SDK's elicitation callback, over the 2026-07-28 input-required flow (the default mode) and
+over elicitation/create (legacy mode).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mcp import Client, types
+
+from conftest import SDK1_PYTHON, run_cli, stdio_params
+from test_upstream import FILESYSTEM, MEMORY
+
+pytestmark = pytest.mark.anyio
+
+CHANGING = str(Path(__file__).parent / "servers" / "changing_server.py")
+EMAIL = "ana.lima@example.com"
+PHONE = "+1 415 555 2671"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def write_config(tmp_path: Path, policy: dict | None = None) -> Path:
+    root = tmp_path / "fsroot"
+    root.mkdir(exist_ok=True)
+    (root / "hello.txt").write_text("hello")
+    version = tmp_path / "version.txt"
+    if not version.exists():
+        version.write_text("v1")
+    config = {
+        "mcpServers": {
+            "memory": {"command": "node", "args": [MEMORY], "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.json")}},
+            "filesystem": {"command": "node", "args": [FILESYSTEM, str(root)]},
+            "changing": {"command": str(SDK1_PYTHON), "args": [CHANGING],
+                         "env": {"CHANGING_VERSION_FILE": str(version), "CHANGING_NOTES_FILE": str(tmp_path / "notes.txt")}},
+        },
+        "policy": policy if policy is not None else {"rules": {"memory.create_entities": "ask"}},
+    }
+    path = tmp_path / "mcp_config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+class Human:
+    """An elicitation callback that gives fixed answers and remembers the questions."""
+
+    def __init__(self, decision: str | None, action: str = "accept"):
+        self.decision, self.action, self.questions = decision, action, []
+
+    async def __call__(self, context, params):
+        self.questions.append(params)
+        content = {"decision": self.decision} if self.action == "accept" else None
+        return types.ElicitResult(action=self.action, content=content)
+
+
+def client(data_dir: Path, config: Path, human: Human | None = None, mode: str = "auto") -> Client:
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    if human is None:
+        return Client(params, mode=mode)
+    return Client(params, mode=mode, elicitation_callback=human)
+
+
+def entity_code(n: int = 1, start: int = 0) -> str:
+    return f"""
+done = 0
+for i in range({start}, {start + n}):
+    call_tool("memory.create_entities", {{"entities": [{{"name": f"person{{i}}", "entityType": "person",
+        "observations": ["{EMAIL}", "{PHONE}"]}}]}})
+    done += 1
+result = done
+"""
+
+
+async def run(c: Client, code: str) -> dict:
+    answer = await c.call_tool("execute_code", {"code": code, "timeout_seconds": 60})
+    return answer.structured_content
+
+
+def graph(tmp_path: Path) -> list[str]:
+    path = tmp_path / "memory.json"
+    if not path.exists():
+        return []
+    return [json.loads(line)["name"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def audit_lines(data_dir: Path) -> list[dict]:
+    path = data_dir / "audit" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_denial_reaches_the_code_and_nothing_reaches_the_upstream(data_dir: Path, tmp_path: Path, mode: str):
+    human = Human("deny")
+    code = """
+try:
+    call_tool("memory.create_entities", {"entities": [{"name": "x", "entityType": "t", "observations": []}]})
+    result = "called"
+except ToolError as e:
+    result = str(e)
+"""
+    async with client(data_dir, write_config(tmp_path), human, mode) as c:
+        body = await run(c, code)
+    assert body["success"], body
+    assert "the user denied the call of memory.create_entities" in body["result"], body
+    assert graph(tmp_path) == []
+    assert len(human.questions) == 1
+    question = human.questions[0]
+    assert "memory.create_entities" in question.message and "Create multiple new entities" in question.message
+    assert question.requested_schema["properties"]["decision"]["oneOf"][0]["const"] == "allow_once"
+    asked = [line for line in audit_lines(data_dir) if line["event"] == "decision"]
+    route = "input-required elicitation" if mode == "auto" else "user via elicitation"
+    assert asked[-1]["answer"] == "deny" and route in asked[-1]["answered_by"], asked
+
+
+async def test_decline_and_cancel_are_denials(data_dir: Path, tmp_path: Path):
+    for action in ("decline", "cancel"):
+        human = Human(None, action=action)
+        async with client(data_dir, write_config(tmp_path), human) as c:
+            body = await run(c, entity_code())
+        assert not body["success"] and "denied" in body["error"], body
+    assert graph(tmp_path) == []
+
+
+async def test_allow_once_asks_again_on_the_next_call(data_dir: Path, tmp_path: Path):
+    human = Human("allow_once")
+    async with client(data_dir, write_config(tmp_path), human) as c:
+        body = await run(c, entity_code(3))
+    assert body["success"] and body["result"] == 3, body
+    assert len(human.questions) == 3
+    assert "2 earlier call(s)" in human.questions[2].message
+    assert graph(tmp_path) == ["person0", "person1", "person2"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_allow_for_the_execution_asks_once_in_a_loop_of_20(data_dir: Path, tmp_path: Path, mode: str):
+    human = Human("allow_execution")
+    async with client(data_dir, write_config(tmp_path), human, mode) as c:
+        body = await run(c, entity_code(20))
+        assert body["success"] and body["result"] == 20, body
+        assert len(human.questions) == 1
+        # The next execution asks again.
+        body = await run(c, entity_code(1, start=20))
+        assert body["success"], body
+    assert len(human.questions) == 2
+    assert len(graph(tmp_path)) == 21
+
+
+async def test_allow_for_the_session_covers_later_executions_of_that_session_only(data_dir: Path, tmp_path: Path):
+    human = Human("allow_session")
+    config = write_config(tmp_path)
+    async with client(data_dir, config, human) as c:
+        for start in (0, 5):
+            body = await run(c, entity_code(5, start))
+            assert body["success"], body
+    assert len(human.questions) == 1
+    other = Human("deny")
+    async with client(data_dir, config, other) as c:
+        body = await run(c, entity_code(1, start=10))
+    assert not body["success"] and len(other.questions) == 1, body
+    assert len(graph(tmp_path)) == 10
+
+
+async def test_a_client_without_elicitation_is_refused_with_words_to_act_on(data_dir: Path, tmp_path: Path):
+    async with client(data_dir, write_config(tmp_path)) as c:
+        body = await run(c, entity_code())
+    assert not body["success"], body
+    error = body["error"]
+    assert "refused (fail closed)" in error and 'rule "memory.create_entities"' in error, error
+    assert '"memory.create_entities": "allow"' in error and "did not declare the MCP elicitation capability" in error
+    assert graph(tmp_path) == []
+
+
+async def test_budgets_stop_a_runaway_loop(data_dir: Path, tmp_path: Path):
+    config = write_config(tmp_path, {"budgets": {"memory.*": 5}})
+    async with client(data_dir, config) as c:
+        body = await run(c, entity_code(50))
+    assert not body["success"], body
+    assert 'the budget "memory.*" of 5 call(s) per execution is used up' in body["error"], body
+    assert len(graph(tmp_path)) == 5
+
+
+async def test_rules_override_annotations(data_dir: Path, tmp_path: Path):
+    # delete_entities says destructiveHint: asked by default, allowed by the rule;
+    # read_text_file says readOnlyHint: allowed by default, denied by the rule.
+    config = write_config(tmp_path, {"rules": {"memory.delete_entities": "allow", "filesystem.read_*": "deny"}})
+    code = f"""
+call_tool("memory.create_entities", {{"entities": [{{"name": "a", "entityType": "t", "observations": []}}]}})
+call_tool("memory.delete_entities", {{"entityNames": ["a"]}})
+try:
+    call_tool("filesystem.read_text_file", {{"path": "{tmp_path / 'fsroot' / 'hello.txt'}"}})
+    result = "read"
+except ToolError as e:
+    result = str(e)
+"""
+    async with client(data_dir, config) as c:
+        body = await run(c, code)
+        assert body["success"], body
+        assert 'the policy denies filesystem.read_text_file (rule "filesystem.read_*")' in body["result"], body
+        # Without the rule, the annotation asks (and this client cannot be asked).
+    async with client(data_dir, write_config(tmp_path, {})) as c:
+        body = await run(c, 'call_tool("memory.delete_entities", {"entityNames": ["a"]})')
+    assert not body["success"] and "annotation destructiveHint" in body["error"], body
+
+
+async def test_a_tool_that_changed_since_it_was_pinned_asks_until_accepted(data_dir: Path, tmp_path: Path):
+    config = write_config(tmp_path, {})
+    note = 'call_tool("changing.send_note", {"text": "hi"}); result = "sent"'
+    async with client(data_dir, config) as c:
+        assert (await run(c, note))["result"] == "sent"
+    (tmp_path / "version.txt").write_text("v2")
+    async with client(data_dir, config) as c:
+        body = await run(c, note)
+    assert not body["success"], body
+    assert "changed since it was pinned" in body["error"] and "policy accept changing.send_note" in body["error"], body
+    env = {"CODE_EXECUTION_MCP_DATA_DIR": str(data_dir)}
+    review = run_cli("--config", str(config), "policy", "review", env=env, timeout=60)
+    assert review.returncode == 1, review.stderr
+    assert "changing.send_note: CHANGED (description, inputSchema)" in review.stdout, review.stdout
+    assert '+ "bcc"' in review.stdout.replace("  ", " ") or "bcc" in review.stdout, review.stdout
+    doctor = run_cli("--config", str(config), "doctor", env=env, timeout=120)
+    assert "changing: 1 tools; 1 tool(s) changed since pinned (changing.send_note)" in doctor.stdout, doctor.stdout
+    accepted = run_cli("--config", str(config), "policy", "accept", "changing.send_note", env=env, timeout=60)
+    assert accepted.returncode == 0, accepted.stderr
+    assert run_cli("--config", str(config), "policy", "review", env=env, timeout=60).returncode == 0
+    async with client(data_dir, config) as c:
+        assert (await run(c, note))["result"] == "sent"
+    assert (tmp_path / "notes.txt").read_text().splitlines() == ["hi", "hi bcc="]
+
+
+async def test_on_change_deny_refuses_a_changed_tool_even_with_a_human(data_dir: Path, tmp_path: Path):
+    config = write_config(tmp_path, {"on_change": "deny"})
+    note = 'call_tool("changing.send_note", {"text": "hi"}); result = "sent"'
+    async with client(data_dir, config) as c:
+        assert (await run(c, note))["result"] == "sent"
+    (tmp_path / "version.txt").write_text("v2")
+    human = Human("allow_once")
+    async with client(data_dir, config, human) as c:
+        body = await run(c, note)
+    assert not body["success"] and "the policy denies changing.send_note" in body["error"], body
+    assert human.questions == []
+
+
+async def test_the_audit_log_holds_every_call_and_decision_without_personal_data(data_dir: Path, tmp_path: Path):
+    human = Human("allow_execution")
+    async with client(data_dir, write_config(tmp_path), human) as c:
+        body = await run(c, entity_code(3) + '\ncall_tool("memory.read_graph", {})')
+        assert body["success"], body
+        denied = await run(c, 'call_tool("memory.open_nodes", {"names": ["x"]})')
+        assert denied["success"], denied
+    text = (data_dir / "audit" / "audit.jsonl").read_text()
+    for secret in (EMAIL, "555 2671", "4155552671"):
+        assert secret not in text
+    lines = audit_lines(data_dir)
+    calls = [line for line in lines if line["event"] == "call"]
+    decisions = [line for line in lines if line["event"] == "decision"]
+    executions = [line for line in lines if line["event"] == "execution"]
+    assert [c["tool"] for c in calls] == ["memory.create_entities"] * 3 + ["memory.read_graph", "memory.open_nodes"]
+    assert all(c["ok"] and c["args_digest"].startswith("sha256:") and c["args_bytes"] > 0 for c in calls)
+    asked = [d for d in decisions if d["asked"]]
+    assert len(asked) == 1 and asked[0]["answer"] == "allow_execution" and "elicitation" in asked[0]["answered_by"]
+    assert asked[0]["rule"] == "memory.create_entities" and asked[0]["decision"] == "ask"
+    assert [d["outcome"] for d in decisions] == ["allowed"] * 5
+    assert len(executions) == 2 and executions[0]["tool_calls"] == 4 and executions[0]["code_digest"].startswith("sha256:")
+    assert len({line["exec"] for line in calls[:4]}) == 1
+    shown = run_cli("audit", "--tool", "memory.create_*", "--event", "call", "-n", "2", env={"CODE_EXECUTION_MCP_DATA_DIR": str(data_dir)})
+    assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 2, shown
+    asked_cli = run_cli("audit", "--decision", "allow_execution", "--json", env={"CODE_EXECUTION_MCP_DATA_DIR": str(data_dir)})
+    assert [json.loads(line)["tool"] for line in asked_cli.stdout.splitlines()] == ["memory.create_entities"] * 3
+
+
+async def test_an_unwritable_audit_log_fails_the_call(data_dir: Path, tmp_path: Path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    config = write_config(tmp_path, {"audit": {"path": str(blocker / "audit.jsonl")}})
+    async with client(data_dir, config) as c:
+        body = await run(c, 'call_tool("memory.read_graph", {})')
+    assert not body["success"] and "could not be recorded" in body["error"], body
+
+
+def test_tools_call_from_the_cli_follows_the_policy(data_dir: Path, tmp_path: Path):
+    config = write_config(tmp_path)
+    env = {"CODE_EXECUTION_MCP_DATA_DIR": str(data_dir)}
+    args = json.dumps({"entities": [{"name": "cli", "entityType": "t", "observations": []}]})
+    refused = run_cli("--config", str(config), "tools", "call", "memory.create_entities", "--args", args, env=env, timeout=60)
+    assert refused.returncode == 1 and "no terminal to ask on" in refused.stderr, refused.stderr
+    assert graph(tmp_path) == []
+    lines = audit_lines(data_dir)
+    assert lines[-1]["caller"] == "cli" and lines[-1]["outcome"] == "refused"
