@@ -11,6 +11,8 @@ from mcp import Client
 from conftest import stdio_params
 from test_bridge import client_for, run
 
+WRITES_ALLOWED = {"rules": {"filesystem.write_file": "allow"}}
+
 pytestmark = pytest.mark.anyio
 
 PEOPLE = [
@@ -41,7 +43,8 @@ for r in rows:
     print(r["name"], r["email"], r["phone"])
 result = rows[0]
 """
-    async with client_for(data_dir, tmp_path) as client:
+    # write_file says destructiveHint: the user allows it here (without a rule it asks).
+    async with client_for(data_dir, tmp_path, policy=WRITES_ALLOWED) as client:
         body = await run(client, read)
         assert body["success"], body
         text = json.dumps(body)
@@ -77,7 +80,7 @@ call_tool("filesystem.write_file", {{"path": {str(root / 'fs.txt')!r}, "content"
 call_tool("memory.create_entities", {{"entities": [{{"name": "Ada", "entityType": "person", "observations": [t]}}]}})
 result = t
 """
-    async with client_for(data_dir, tmp_path, pii={"restore_to": ["memory"]}) as client:
+    async with client_for(data_dir, tmp_path, pii={"restore_to": ["memory"]}, policy=WRITES_ALLOWED) as client:
         body = await run(client, code)
         assert body["success"], body
         assert body["result"] == "[EMAIL_1]"

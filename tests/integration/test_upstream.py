@@ -351,6 +351,7 @@ def test_doctor_reports_each_upstream(data_dir: Path, tmp_path: Path):
     config.write_text(json.dumps({"mcpServers": servers}))
     out = run_cli("--config", str(config), "--data-dir", str(data_dir), "--log-level", "error", "doctor", timeout=120)
     lines = out.stdout.splitlines()
-    assert "ok    upstream  time: 2 tools" in lines, out.stdout
+    assert "ok    upstream  time: 2 tools; not pinned yet" in lines, out.stdout
+    assert any(l.startswith("ok    policy    default allow; rules: none") for l in lines), out.stdout
     assert any(l.startswith("warn  upstream") and "'missing'" in l and "not found" in l for l in lines), out.stdout
     assert "ok    upstream  off: disabled" in lines, out.stdout
