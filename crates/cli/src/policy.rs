@@ -132,7 +132,7 @@ fn print_entry(entry: &Value) {
     }
     let changes: Vec<ToolChange> = entry["changes"]
         .as_array()
-        .map(|c| c.iter().filter_map(|v| change_of(v)).collect())
+        .map(|c| c.iter().filter_map(change_of).collect())
         .unwrap_or_default();
     if changes.is_empty() {
         println!("{server}: no changes");
