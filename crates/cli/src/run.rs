@@ -54,17 +54,9 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "script.py".into());
     let answer = runtime.block_on(async {
-        let (approver, no_approver) = match crate::terminal::approver() {
-            Ok(a) => (Some(a), String::new()),
-            Err(why) => (None, why),
-        };
-        let exec = Arc::new(cem_server::gate::Execution::new(
+        let exec = Arc::new(crate::terminal::execution(
             &state.gate,
             cem_server::gate::Caller::Run,
-            "cli",
-            None,
-            approver,
-            &no_approver,
         ));
         let code_digest = cem_server::gate::sha256(code.as_bytes());
         let code_bytes = code.len();

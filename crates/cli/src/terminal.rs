@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use cem_engine::BoxFuture;
 use cem_server::approval::{Answer, Answered, Approver, Question, SharedApprover};
+use cem_server::gate::{Caller, Execution, Gate};
 
 struct TerminalApprover;
 
@@ -21,6 +22,16 @@ pub fn approver() -> Result<SharedApprover, String> {
         Ok(_) => Ok(Arc::new(TerminalApprover)),
         Err(_) => Err("this command has no terminal to ask on".into()),
     }
+}
+
+/// A CLI command's execution: the gate's budgets and grants, asking on
+/// the terminal (or refusing `ask` calls when there is none).
+pub fn execution(gate: &Gate, caller: Caller) -> Execution {
+    let (approver, no_approver) = match approver() {
+        Ok(a) => (Some(a), String::new()),
+        Err(why) => (None, why),
+    };
+    Execution::new(gate, caller, "cli", None, approver, &no_approver)
 }
 
 impl Approver for TerminalApprover {

@@ -231,18 +231,7 @@ async fn call_direct(
     let manager = state.catalog.manager();
     // The same policy as calls from code: rules, pins, budgets, approval
     // (on the terminal), audit.
-    let (approver, no_approver) = match crate::terminal::approver() {
-        Ok(a) => (Some(a), String::new()),
-        Err(why) => (None, why),
-    };
-    let exec = cem_server::gate::Execution::new(
-        &state.gate,
-        cem_server::gate::Caller::Cli,
-        "cli",
-        None,
-        approver,
-        &no_approver,
-    );
+    let exec = crate::terminal::execution(&state.gate, cem_server::gate::Caller::Cli);
     let shown_args = Value::Object(arguments.clone().unwrap_or_default());
     let shown = move || shown_args.clone();
     let upstream = manager.get(server).map_err(|e| e.to_string())?;
