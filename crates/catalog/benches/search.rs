@@ -66,6 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 output_schema: None,
                 keywords: vec![],
                 mcp_server: None,
+                ..Default::default()
             });
         }
     }

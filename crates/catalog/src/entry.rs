@@ -1,13 +1,16 @@
 //! One discoverable thing.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::Value;
 
 /// Where an entry comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A tool of a configured upstream MCP server.
+    #[default]
     Upstream,
     /// A tool of the static registry (`tools_registry/`).
     Registry,
@@ -15,8 +18,16 @@ pub enum EntryKind {
     Skill,
 }
 
+/// What a tool says of its effects (its MCP annotations), as far as
+/// search uses it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+}
+
 /// A tool (or skill) as the catalog knows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Entry {
     pub kind: EntryKind,
     /// The upstream server, registry category, or "skills".
@@ -34,9 +45,53 @@ pub struct Entry {
     /// The MCP server a registry entry says it belongs to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mcp_server: Option<String>,
+    /// The tool's annotations, searchable ("read-only", "destructive").
+    #[serde(skip)]
+    pub effects: Effects,
+    /// What the tool's server says of itself (the `instructions` of its
+    /// initialize result), shared by all its tools.
+    #[serde(skip)]
+    pub server_instructions: Option<Arc<str>>,
 }
 
 impl Entry {
+    /// An upstream tool from its `tools/list` JSON (`name`, `description`,
+    /// `inputSchema`, `outputSchema`, `title` and `annotations`). `None`
+    /// without a name.
+    pub fn upstream(server: &str, tool: &Value, instructions: Option<Arc<str>>) -> Option<Entry> {
+        let name = tool.get("name")?.as_str()?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+        let annotations = tool.get("annotations");
+        let hint = |key: &str| {
+            annotations
+                .and_then(|a| a.get(key))
+                .and_then(Value::as_bool)
+        };
+        // A title may sit at the top (the spec) or inside the annotations
+        // (older servers, @playwright/mcp).
+        let titles = [
+            text(tool.get("title")),
+            text(annotations.and_then(|a| a.get("title"))),
+        ];
+        let mut keywords: Vec<String> = titles.into_iter().flatten().collect();
+        keywords.dedup();
+        Some(Entry {
+            kind: EntryKind::Upstream,
+            category: server.to_string(),
+            name: name.to_string(),
+            description: text(tool.get("description")).unwrap_or_default(),
+            input_schema: tool.get("inputSchema").filter(|s| s.is_object()).cloned(),
+            output_schema: tool.get("outputSchema").filter(|s| s.is_object()).cloned(),
+            keywords,
+            mcp_server: None,
+            effects: Effects {
+                read_only: hint("readOnlyHint"),
+                destructive: hint("destructiveHint"),
+            },
+            server_instructions: instructions,
+        })
+    }
+
     /// `category.name`, the form agents and `call_tool` use.
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.category, self.name)

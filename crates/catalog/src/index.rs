@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 
 use crate::entry::Entry;
+use crate::fields::{effect_words, parameters};
+use crate::semantic::Semantic;
 use crate::text::{edit_distance, name_words, terms};
 
 /// Field weights: a word in a tool's name says far more than one in its
@@ -12,6 +14,17 @@ const CATEGORY_WEIGHT: f32 = 1.0;
 const KEYWORD_WEIGHT: f32 = 1.0;
 const DESCRIPTION_WEIGHT: f32 = 1.0;
 const PARAM_WEIGHT: f32 = 0.5;
+const PARAM_DESCRIPTION_WEIGHT: f32 = 0.25;
+const EFFECT_WEIGHT: f32 = 0.5;
+/// The server's instructions are shared by all its tools: they tell a
+/// server apart, hardly a tool.
+const INSTRUCTIONS_WEIGHT: f32 = 0.1;
+/// In hybrid ranking, the share of the lexical score (scaled so the best
+/// hit has 1) beside the cosine of meaning.
+const LEXICAL_SHARE: f32 = 0.3;
+/// With no word in common, a tool is a hit only if its meaning is at least
+/// this close: a query about nothing in the catalog finds nothing.
+const MIN_COSINE: f32 = 0.15;
 /// A fuzzy (misspelt) match counts this much of an exact one.
 const FUZZY_FACTOR: f32 = 0.6;
 /// A query word that begins an indexed word ("sql" in "sqlite").
@@ -48,9 +61,27 @@ pub struct Catalog {
     deprecated: Vec<bool>,
     /// Each entry's name words as written (lowercase, not stemmed).
     exact_names: Vec<Vec<String>>,
+    /// Vectors of meaning, when a model is in use.
+    semantic: Option<Semantic>,
 }
 
 impl Catalog {
+    /// A catalog ranked by meaning as well as words: `semantic` holds the
+    /// vectors of these `entries` (see [`Semantic::new`]).
+    pub fn hybrid(entries: Vec<Entry>, semantic: Semantic) -> Self {
+        let mut catalog = Self::new(entries);
+        if semantic.vectors.len() == catalog.entries.len() * semantic.model.dims() {
+            catalog.semantic = Some(semantic);
+        }
+        catalog
+    }
+
+    /// The name of the embedding model in use, if any.
+    pub fn semantic_model(&self) -> Option<&str> {
+        self.semantic.as_ref().map(|s| s.model.name())
+    }
+
+    /// A catalog ranked by words alone.
     pub fn new(entries: Vec<Entry>) -> Self {
         let mut postings: HashMap<String, HashMap<u32, f32>> = HashMap::new();
         let mut lengths = Vec::with_capacity(entries.len());
@@ -71,15 +102,13 @@ impl Catalog {
             for keyword in &entry.keywords {
                 add(keyword, KEYWORD_WEIGHT, &mut postings);
             }
-            if let Some(props) = entry
-                .input_schema
-                .as_ref()
-                .and_then(|s| s.get("properties"))
-                .and_then(|p| p.as_object())
-            {
-                for name in props.keys() {
-                    add(name, PARAM_WEIGHT, &mut postings);
-                }
+            for (name, description) in parameters(entry) {
+                add(name, PARAM_WEIGHT, &mut postings);
+                add(description, PARAM_DESCRIPTION_WEIGHT, &mut postings);
+            }
+            add(effect_words(entry), EFFECT_WEIGHT, &mut postings);
+            if let Some(instructions) = &entry.server_instructions {
+                add(instructions, INSTRUCTIONS_WEIGHT, &mut postings);
             }
             name_terms.extend(terms(&entry.name));
             lengths.push(length);
@@ -109,6 +138,7 @@ impl Catalog {
             avg_length: avg_length.max(1.0),
             deprecated,
             exact_names,
+            semantic: None,
         }
     }
 
@@ -137,6 +167,51 @@ impl Catalog {
                 .map(|index| Hit { index, score: 0.0 })
                 .collect();
         }
+        let mut scores = self.lexical_scores(&query_terms);
+        if let Some(semantic) = &self.semantic
+            && let Some(cosines) = semantic.scores(query)
+        {
+            scores = blend(&scores, &cosines);
+        }
+        let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
+        let mut hits: Vec<Hit> = scores
+            .into_iter()
+            .filter(|(doc, _)| in_category(*doc as usize))
+            .map(|(doc, score)| {
+                let index = doc as usize;
+                let demoted = self.deprecated[index] && !wants_deprecated;
+                Hit {
+                    index,
+                    score: if demoted {
+                        score * DEPRECATED_FACTOR
+                    } else {
+                        score
+                    },
+                }
+            })
+            .collect();
+        self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
+        hits.sort_by(|a, b| {
+            b.score
+                .partial_cmp(&a.score)
+                .unwrap_or(std::cmp::Ordering::Equal)
+                .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
+        });
+        hits.truncate(limit);
+        hits
+    }
+
+    /// BM25 over the weighted fields, with misspelt and prefix matches of
+    /// words that match nothing exactly, and words that the query splits in
+    /// two ("read only", "file system") matched as one.
+    fn lexical_scores(&self, query_terms: &[String]) -> HashMap<u32, f32> {
+        let mut query_terms = query_terms.to_vec();
+        let joined: Vec<String> = query_terms
+            .windows(2)
+            .map(|pair| format!("{}{}", pair[0], pair[1]))
+            .filter(|t| self.postings.contains_key(t))
+            .collect();
+        query_terms.extend(joined);
         let mut scores: HashMap<u32, f32> = HashMap::new();
         let n = self.entries.len() as f32;
         for term in &query_terms {
@@ -180,32 +255,7 @@ impl Catalog {
                 }
             }
         }
-        let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
-        let mut hits: Vec<Hit> = scores
-            .into_iter()
-            .filter(|(doc, _)| in_category(*doc as usize))
-            .map(|(doc, score)| {
-                let index = doc as usize;
-                let demoted = self.deprecated[index] && !wants_deprecated;
-                Hit {
-                    index,
-                    score: if demoted {
-                        score * DEPRECATED_FACTOR
-                    } else {
-                        score
-                    },
-                }
-            })
-            .collect();
-        self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
-        hits.sort_by(|a, b| {
-            b.score
-                .partial_cmp(&a.score)
-                .unwrap_or(std::cmp::Ordering::Equal)
-                .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
-        });
-        hits.truncate(limit);
-        hits
+        scores
     }
 
     /// Raises each hit's score by [`EXACT_NAME_BONUS`] per query word its
@@ -256,6 +306,27 @@ impl Catalog {
     }
 }
 
+/// The hybrid score: the lexical score scaled so the best hit has 1, with
+/// [`LEXICAL_SHARE`] of the weight, and the cosine with the rest. An entry
+/// with no word in common is kept when its cosine reaches [`MIN_COSINE`].
+fn blend(lexical: &HashMap<u32, f32>, cosines: &[f32]) -> HashMap<u32, f32> {
+    let best = lexical.values().fold(0f32, |m, s| m.max(*s));
+    let mut out = HashMap::with_capacity(lexical.len() * 2);
+    for (doc, cosine) in cosines.iter().enumerate() {
+        let doc = doc as u32;
+        let lex = lexical
+            .get(&doc)
+            .map_or(0.0, |s| s / best.max(f32::MIN_POSITIVE));
+        if lex > 0.0 || *cosine >= MIN_COSINE {
+            out.insert(
+                doc,
+                LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * cosine.max(0.0),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +342,7 @@ mod tests {
             output_schema: None,
             keywords: vec![],
             mcp_server: None,
+            ..Default::default()
         }
     }
 

@@ -8,12 +8,17 @@
 //! English stemmer, and fuzzy matching of misspelt name words.
 
 mod entry;
+mod fields;
 mod index;
 pub mod python;
 pub mod registry;
+mod semantic;
 mod text;
 pub mod typed;
 
-pub use entry::{Entry, EntryKind};
+/// The embedding model compiled in, when there is one (feature `semantic`).
+pub use cem_embed::builtin as builtin_model;
+pub use entry::{Effects, Entry, EntryKind};
 pub use index::{Catalog, Hit};
+pub use semantic::Semantic;
 pub use text::{split_words, stem};

@@ -312,6 +312,7 @@ mod tests {
             output_schema: None,
             keywords: vec![],
             mcp_server: None,
+            ..Default::default()
         }
     }
 

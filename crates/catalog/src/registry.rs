@@ -133,6 +133,7 @@ fn entry(category: &str, name: &str, tool: &Value) -> Entry {
             .get("mcp_server")
             .and_then(Value::as_str)
             .map(str::to_string),
+        ..Default::default()
     }
 }
 

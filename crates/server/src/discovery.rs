@@ -78,7 +78,12 @@ impl CatalogService {
                     .or_else(|| self.manager.cached_tools(name))
                     .map(|tools| (name.clone(), tools))
             })
-            .flat_map(|(server, tools)| tools.into_iter().map(move |t| upstream_entry(&server, t)))
+            .flat_map(|(server, tools)| {
+                let instructions = self.manager.instructions(&server);
+                tools
+                    .into_iter()
+                    .map(move |t| upstream_entry(&server, t, instructions.clone()))
+            })
             .collect()
     }
 
@@ -315,7 +320,14 @@ impl CatalogService {
         let mut unavailable = Vec::new();
         for (server, result) in self.list_all(refresh).await {
             match result {
-                Ok(tools) => entries.extend(tools.into_iter().map(|t| upstream_entry(&server, t))),
+                Ok(tools) => {
+                    let instructions = self.manager.instructions(&server);
+                    entries.extend(
+                        tools
+                            .into_iter()
+                            .map(|t| upstream_entry(&server, t, instructions.clone())),
+                    )
+                }
                 Err(e) => {
                     tracing::warn!(server = %server, error = %e, "upstream tools unavailable");
                     unavailable.push((server, e.to_string()));
@@ -339,20 +351,17 @@ impl std::fmt::Debug for CatalogService {
     }
 }
 
-fn upstream_entry(server: &str, t: cem_upstream::Tool) -> Entry {
-    Entry {
+fn upstream_entry(server: &str, t: cem_upstream::Tool, instructions: Option<Arc<str>>) -> Entry {
+    // One conversion for the server and the search evaluation, which reads
+    // tool lists as JSON: the entry is built from the tool as listed.
+    let listed = serde_json::to_value(&t).unwrap_or_default();
+    Entry::upstream(server, &listed, instructions).unwrap_or_else(|| Entry {
         kind: EntryKind::Upstream,
         category: server.to_string(),
         name: t.name.to_string(),
         description: t.description.as_deref().unwrap_or_default().to_string(),
-        input_schema: Some(serde_json::Value::Object((*t.input_schema).clone())),
-        output_schema: t
-            .output_schema
-            .as_ref()
-            .map(|s| serde_json::Value::Object((**s).clone())),
-        keywords: t.title.into_iter().collect(),
-        mcp_server: None,
-    }
+        ..Entry::default()
+    })
 }
 
 /// A skill as a catalog entry: found by its name, description, functions
@@ -369,5 +378,6 @@ pub fn skill_entry(meta: SkillMeta) -> Entry {
         output_schema: None,
         keywords,
         mcp_server: None,
+        ..Entry::default()
     }
 }

@@ -43,16 +43,47 @@ pub fn path(dir: &Path, server: &ServerConfig) -> PathBuf {
     dir.join(format!("{}-{hex}.json", server.name))
 }
 
-pub fn load(dir: &Path, server: &ServerConfig) -> Option<Vec<Tool>> {
-    let text = std::fs::read_to_string(path(dir, server)).ok()?;
-    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
-    serde_json::from_value(value.get("tools")?.clone()).ok()
+/// The longest `instructions` kept: they are searched beside every tool of
+/// their server, and a server is free to send a book.
+const MAX_INSTRUCTIONS: usize = 8 * 1024;
+
+/// `text` cut to [`MAX_INSTRUCTIONS`] bytes, at a character boundary.
+pub fn bounded_instructions(text: &str) -> std::sync::Arc<str> {
+    let mut end = text.len().min(MAX_INSTRUCTIONS);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::sync::Arc::from(&text[..end])
 }
 
-pub fn store(dir: &Path, server: &ServerConfig, tools: &[Tool]) -> std::io::Result<()> {
+fn read(dir: &Path, server: &ServerConfig) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(path(dir, server)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+pub fn load(dir: &Path, server: &ServerConfig) -> Option<Vec<Tool>> {
+    serde_json::from_value(read(dir, server)?.get("tools")?.clone()).ok()
+}
+
+/// The server's `instructions` stored with its tools, if it gave any.
+pub fn load_instructions(dir: &Path, server: &ServerConfig) -> Option<String> {
+    let value = read(dir, server)?;
+    value
+        .get("instructions")?
+        .as_str()
+        .map(|text| bounded_instructions(text).to_string())
+}
+
+pub fn store(
+    dir: &Path,
+    server: &ServerConfig,
+    tools: &[Tool],
+    instructions: Option<&str>,
+) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let target = path(dir, server);
-    let body = serde_json::json!({"server": server.name, "tools": tools});
+    let body =
+        serde_json::json!({"server": server.name, "tools": tools, "instructions": instructions});
     // A temporary name of its own, then a rename: two tasks (or processes)
     // storing the same server's list cannot interleave.
     let mut tmp = tempfile::Builder::new()

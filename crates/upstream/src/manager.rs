@@ -69,6 +69,9 @@ pub struct Upstream {
     generation: Arc<AtomicU64>,
     /// The tool list this connection's server gave, and its generation.
     live: std::sync::Mutex<Option<(u64, Arc<Vec<Tool>>)>>,
+    /// What the server said of itself when it last connected (the
+    /// `instructions` of its initialize result).
+    instructions: std::sync::Mutex<Option<Arc<str>>>,
 }
 
 impl Upstream {
@@ -87,6 +90,10 @@ impl Upstream {
 
     fn name(&self) -> &str {
         &self.config.name
+    }
+
+    fn instructions(&self) -> Option<Arc<str>> {
+        self.instructions.lock().ok().and_then(|i| i.clone())
     }
 
     /// A live session, connecting (or reconnecting after a crash) first.
@@ -123,6 +130,12 @@ impl Upstream {
             }
         };
         let peer = service.peer().clone();
+        if let Ok(mut slot) = self.instructions.lock() {
+            *slot = peer
+                .peer_info()
+                .and_then(|info| info.instructions.clone())
+                .map(|text| cache::bounded_instructions(&text));
+        }
         *conn = Some(service);
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.set_status(ServerStatus::Connected);
@@ -271,6 +284,7 @@ impl Manager {
                     oversized: tokio::sync::watch::Sender::new(0),
                     generation: Arc::new(AtomicU64::new(0)),
                     live: std::sync::Mutex::new(None),
+                    instructions: std::sync::Mutex::new(None),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -349,7 +363,12 @@ impl Manager {
         if let Ok(mut k) = self.known.lock() {
             k.insert(key, Arc::new(tools.clone()));
         }
-        if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
+        if let Err(e) = cache::store(
+            &self.cache_dir,
+            &upstream.config,
+            &tools,
+            upstream.instructions().as_deref(),
+        ) {
             tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
         }
         Ok(tools)
@@ -399,7 +418,12 @@ impl Manager {
             if let Ok(mut k) = self.known.lock() {
                 k.insert(key, tools.clone());
             }
-            if let Err(e) = cache::store(&self.cache_dir, &upstream.config, &tools) {
+            if let Err(e) = cache::store(
+                &self.cache_dir,
+                &upstream.config,
+                &tools,
+                upstream.instructions().as_deref(),
+            ) {
                 tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
             }
             self.changed.notify_waiters();
@@ -419,6 +443,15 @@ impl Manager {
     pub fn cached_tools(&self, name: &str) -> Option<Vec<Tool>> {
         let upstream = self.get(name).ok()?;
         cache::load(&self.cache_dir, &upstream.config)
+    }
+
+    /// What the server says of itself (its `instructions`), from this
+    /// run's connection, else from the disk cache; asks no one.
+    pub fn instructions(&self, name: &str) -> Option<Arc<str>> {
+        let upstream = self.get(name).ok()?;
+        upstream
+            .instructions()
+            .or_else(|| cache::load_instructions(&self.cache_dir, &upstream.config).map(Arc::from))
     }
 
     /// Every enabled server's tools, fetched concurrently.

@@ -1,0 +1,204 @@
+//! Ranking by meaning: each entry's vector from a static embedding model,
+//! computed once per tool list and cached on disk beside the tool lists.
+
+use std::path::Path;
+
+use cem_embed::{StaticModel, dot};
+use sha2::{Digest, Sha256};
+
+use crate::entry::Entry;
+use crate::text::split_words;
+
+/// The model and one vector per entry, in the catalog's order.
+pub struct Semantic {
+    pub(crate) model: &'static StaticModel,
+    /// `entries × dims`; an entry with no known word has zeros.
+    pub(crate) vectors: Vec<f32>,
+}
+
+impl std::fmt::Debug for Semantic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Semantic")
+            .field("model", &self.model.name())
+            .field("vectors", &(self.vectors.len() / self.model.dims().max(1)))
+            .finish()
+    }
+}
+
+impl Semantic {
+    /// The vectors of `entries`: per category (an upstream server, the
+    /// skills, a registry category), read from `cache_dir` when its file
+    /// matches the model and the entries' texts, else computed (and
+    /// written there).
+    pub fn new(model: &'static StaticModel, entries: &[Entry], cache_dir: Option<&Path>) -> Self {
+        let dims = model.dims();
+        let mut vectors = vec![0f32; entries.len() * dims];
+        let mut start = 0;
+        while start < entries.len() {
+            let category = &entries[start].category;
+            let end = entries[start..]
+                .iter()
+                .position(|e| &e.category != category)
+                .map_or(entries.len(), |n| start + n);
+            let group = &entries[start..end];
+            let texts: Vec<[String; 2]> = group.iter().map(views).collect();
+            let key = cache_key(model, &texts);
+            let cached =
+                cache_dir.and_then(|dir| read_cache(dir, category, &key, group.len() * dims));
+            let block = cached.unwrap_or_else(|| {
+                let block = embed_all(model, &texts);
+                if let Some(dir) = cache_dir {
+                    write_cache(dir, category, &key, &block);
+                }
+                block
+            });
+            vectors[start * dims..end * dims].copy_from_slice(&block);
+            start = end;
+        }
+        Semantic { model, vectors }
+    }
+
+    /// The query's cosine with every entry.
+    pub(crate) fn scores(&self, query: &str) -> Option<Vec<f32>> {
+        let words = split_words(query);
+        let q = self.model.embed(words.iter().map(String::as_str));
+        if q.iter().all(|x| *x == 0.0) {
+            return None;
+        }
+        Some(
+            self.vectors
+                .chunks_exact(self.model.dims())
+                .map(|v| dot(&q, v))
+                .collect(),
+        )
+    }
+}
+
+/// The two texts an entry is embedded from: a short one (its name, title
+/// and first sentence) and a long one (its whole description, parameters
+/// and annotations). A short need matches the first, a detailed one the
+/// second; each counts half (see [`embed_all`]).
+fn views(entry: &Entry) -> [String; 2] {
+    let name = split_words(&entry.name).join(" ");
+    let titles = entry.keywords.join(". ");
+    let mut short = format!("{name}. {titles}");
+    short.push_str(". ");
+    short.push_str(&first_sentence(&entry.description));
+    let mut long = format!("{name}. {}", entry.description);
+    for (param, description) in crate::fields::parameters(entry) {
+        long.push(' ');
+        long.push_str(&split_words(param).join(" "));
+        if !description.is_empty() {
+            long.push_str(": ");
+            long.push_str(description);
+        }
+    }
+    [short, long]
+}
+
+fn first_sentence(text: &str) -> String {
+    let text = text.trim();
+    let end = text
+        .char_indices()
+        .find(|(i, c)| {
+            matches!(c, '.' | '!' | '?' | '\n') && text[i + 1..].starts_with(char::is_whitespace)
+        })
+        .map_or(text.len(), |(i, _)| i);
+    text[..end].to_string()
+}
+
+/// The mean of an entry's two unit vectors: its dot with a query is the
+/// mean of the two cosines.
+fn embed_all(model: &StaticModel, texts: &[[String; 2]]) -> Vec<f32> {
+    let mut out = Vec::with_capacity(texts.len() * model.dims());
+    for [short, long] in texts {
+        let a = model.embed(split_words(short).iter().map(String::as_str));
+        let b = model.embed(split_words(long).iter().map(String::as_str));
+        out.extend(a.iter().zip(&b).map(|(x, y)| (x + y) / 2.0));
+    }
+    out
+}
+
+/// What a cache file is valid for: the model and every text embedded.
+fn cache_key(model: &StaticModel, texts: &[[String; 2]]) -> String {
+    let mut h = Sha256::new();
+    h.update(model.name().as_bytes());
+    for pair in texts {
+        for t in pair {
+            h.update(b"\0");
+            h.update(t.as_bytes());
+        }
+    }
+    h.finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn cache_path(dir: &Path, category: &str, key: &str) -> std::path::PathBuf {
+    // A category is a configured server name: keep only what is safe in a
+    // file name, the key makes it unique.
+    let safe: String = category
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    dir.join(format!("{safe}-{key}.vec"))
+}
+
+fn read_cache(dir: &Path, category: &str, key: &str, len: usize) -> Option<Vec<f32>> {
+    let bytes = std::fs::read(cache_path(dir, category, key)).ok()?;
+    if bytes.len() != len * 4 {
+        return None;
+    }
+    let v: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    v.iter().all(|x| x.is_finite()).then_some(v)
+}
+
+/// Writes the file under a temporary name, then renames it; older files of
+/// the category go (their tool list changed). Failing to cache costs only
+/// the time to embed again, so it is logged by the caller's absence of a
+/// file, never an error.
+fn write_cache(dir: &Path, category: &str, key: &str, block: &[f32]) {
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let target = cache_path(dir, category, key);
+    let prefix = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(&format!("{key}.vec")))
+        .unwrap_or_default()
+        .to_string();
+    if let Ok(read) = std::fs::read_dir(dir) {
+        for old in read.flatten() {
+            let name = old.file_name();
+            let name = name.to_string_lossy();
+            let rest = name.strip_prefix(prefix.as_str()).unwrap_or_default();
+            // Only `<category>-<24 hex>.vec`: not another category whose
+            // name begins with this one's.
+            if rest.len() == 28
+                && rest.ends_with(".vec")
+                && rest[..24].bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                let _ = std::fs::remove_file(old.path());
+            }
+        }
+    }
+    let bytes: Vec<u8> = block.iter().flat_map(|x| x.to_le_bytes()).collect();
+    if let Ok(mut tmp) = tempfile::Builder::new().prefix(".vec-").tempfile_in(dir)
+        && std::io::Write::write_all(&mut tmp, &bytes).is_ok()
+    {
+        let _ = tmp.persist(target);
+    }
+}

@@ -1,0 +1,200 @@
+//! Search quality on needs phrased as agents phrase them.
+//!
+//! `search_eval/servers/` holds the tool lists of the token benchmark's
+//! eleven real MCP servers, as `bench/capture_tool_lists.py` captured them;
+//! `search_eval/needs.jsonl` holds needs written without their tools' name
+//! words, each with the tools that answer it. Every need is searched over
+//! all eleven servers' tools at once, as one agent configuration would.
+//!
+//! `cargo test -p cem-catalog --test search_eval -- --nocapture` prints
+//! top-1, top-3 and MRR, lexical only beside hybrid, for the whole set and
+//! for its two halves (even and odd lines: the ranking's few constants were
+//! chosen looking at the even half only).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use cem_catalog::{Catalog, Entry, Semantic, builtin_model, split_words, stem};
+use serde_json::Value;
+
+struct Need {
+    line: usize,
+    text: String,
+    answers: Vec<String>,
+}
+
+fn dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/search_eval")
+}
+
+fn entries() -> Vec<Entry> {
+    let mut files: Vec<_> = std::fs::read_dir(dir().join("servers"))
+        .unwrap_or_else(|e| panic!("servers/: {e}"))
+        .map(|f| f.unwrap_or_else(|e| panic!("servers/: {e}")).path())
+        .collect();
+    files.sort();
+    let mut entries = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let list: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        let server = list["server"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{file:?}: no server"));
+        let instructions: Option<Arc<str>> = list["instructions"].as_str().map(Arc::from);
+        for tool in list["tools"].as_array().into_iter().flatten() {
+            entries.push(
+                Entry::upstream(server, tool, instructions.clone())
+                    .unwrap_or_else(|| panic!("{file:?}: a tool without a name")),
+            );
+        }
+    }
+    entries
+}
+
+fn needs() -> Vec<Need> {
+    let text = std::fs::read_to_string(dir().join("needs.jsonl"))
+        .unwrap_or_else(|e| panic!("needs.jsonl: {e}"));
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let v: Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+            Need {
+                line: i + 1,
+                text: v["need"].as_str().unwrap_or_default().to_string(),
+                answers: v["answers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[derive(Default, Clone, Copy)]
+struct Score {
+    needs: usize,
+    top1: usize,
+    top3: usize,
+    reciprocal: f64,
+}
+
+impl Score {
+    fn add(&mut self, rank: Option<usize>) {
+        self.needs += 1;
+        if let Some(r) = rank {
+            self.top1 += usize::from(r == 0);
+            self.top3 += usize::from(r < 3);
+            self.reciprocal += 1.0 / (r + 1) as f64;
+        }
+    }
+    fn top1(&self) -> f64 {
+        self.top1 as f64 / self.needs.max(1) as f64
+    }
+    fn top3(&self) -> f64 {
+        self.top3 as f64 / self.needs.max(1) as f64
+    }
+    fn mrr(&self) -> f64 {
+        self.reciprocal / self.needs.max(1) as f64
+    }
+    fn line(&self) -> String {
+        format!(
+            "top-1 {:5.1}%  top-3 {:5.1}%  MRR {:.3}  ({} needs)",
+            100.0 * self.top1(),
+            100.0 * self.top3(),
+            self.mrr(),
+            self.needs
+        )
+    }
+}
+
+/// The rank of the first answer among the first 20 hits.
+fn rank(catalog: &Catalog, need: &Need) -> Option<usize> {
+    catalog.search(&need.text, None, 20).iter().position(|h| {
+        need.answers
+            .contains(&catalog.entries()[h.index].qualified_name())
+    })
+}
+
+/// Scores of the whole set, its even lines and its odd lines; misses of
+/// the top 3 are printed when `show` is set.
+fn evaluate(catalog: &Catalog, needs: &[Need], show: bool) -> [Score; 3] {
+    let mut scores = [Score::default(); 3];
+    for need in needs {
+        let r = rank(catalog, need);
+        scores[0].add(r);
+        scores[1 + need.line % 2].add(r);
+        if show && r.is_none_or(|r| r >= 3) {
+            let hits: Vec<String> = catalog
+                .search(&need.text, None, 3)
+                .iter()
+                .map(|h| catalog.entries()[h.index].qualified_name())
+                .collect();
+            println!(
+                "  miss (rank {}): {:?} wants {:?}, got {:?}",
+                r.map_or("-".to_string(), |r| (r + 1).to_string()),
+                need.text,
+                need.answers,
+                hits
+            );
+        }
+    }
+    scores
+}
+
+#[test]
+fn the_set_is_large_and_honest() {
+    let entries = entries();
+    let known: BTreeSet<String> = entries.iter().map(Entry::qualified_name).collect();
+    let servers: BTreeSet<&str> = entries.iter().map(|e| e.category.as_str()).collect();
+    assert!(servers.len() >= 10, "tools of {} servers", servers.len());
+    let needs = needs();
+    assert!(needs.len() >= 150, "{} needs", needs.len());
+    for need in &needs {
+        assert!(!need.answers.is_empty(), "line {}: no answer", need.line);
+        let words: BTreeSet<String> = split_words(&need.text).iter().map(|w| stem(w)).collect();
+        for answer in &need.answers {
+            assert!(
+                known.contains(answer),
+                "line {}: no tool {answer}",
+                need.line
+            );
+            let (_, tool) = answer.split_once('.').unwrap_or(("", answer));
+            for name_word in split_words(tool) {
+                assert!(
+                    !words.contains(&stem(&name_word)),
+                    "line {}: {:?} uses {name_word:?}, a word of {answer}",
+                    need.line,
+                    need.text
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn agents_find_their_tool_in_the_top_three() {
+    let needs = needs();
+    let show = std::env::var_os("SEARCH_EVAL_MISSES").is_some();
+    let lexical = Catalog::new(entries());
+    let [all, even, odd] = evaluate(&lexical, &needs, false);
+    println!("lexical  all   {}", all.line());
+    println!("lexical  even  {}", even.line());
+    println!("lexical  odd   {}", odd.line());
+    let model = match builtin_model() {
+        Some(Ok(model)) => model,
+        Some(Err(e)) => panic!("the built-in model does not load: {e}"),
+        None => panic!("built without the `semantic` feature: nothing to evaluate"),
+    };
+    let entries = entries();
+    let semantic = Semantic::new(model, &entries, None);
+    let hybrid = Catalog::hybrid(entries, semantic);
+    let [all, even, odd] = evaluate(&hybrid, &needs, show);
+    println!("hybrid   all   {}", all.line());
+    println!("hybrid   even  {}", even.line());
+    println!("hybrid   odd   {}", odd.line());
+}
