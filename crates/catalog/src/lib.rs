@@ -16,6 +16,7 @@ mod semantic;
 mod text;
 pub mod typed;
 
+pub use cem_embed::StaticModel;
 /// The embedding model compiled in, when there is one (feature `semantic`).
 pub use cem_embed::builtin as builtin_model;
 pub use entry::{Effects, Entry, EntryKind};

@@ -33,18 +33,15 @@ impl Semantic {
     pub fn new(model: &'static StaticModel, entries: &[Entry], cache_dir: Option<&Path>) -> Self {
         let dims = model.dims();
         let mut vectors = vec![0f32; entries.len() * dims];
-        let mut start = 0;
-        while start < entries.len() {
-            let category = &entries[start].category;
-            let end = entries[start..]
-                .iter()
-                .position(|e| &e.category != category)
-                .map_or(entries.len(), |n| start + n);
-            let group = &entries[start..end];
-            let texts: Vec<[String; 2]> = group.iter().map(views).collect();
+        let mut groups: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+        for (i, e) in entries.iter().enumerate() {
+            groups.entry(e.category.as_str()).or_default().push(i);
+        }
+        for (category, members) in groups {
+            let texts: Vec<[String; 2]> = members.iter().map(|i| views(&entries[*i])).collect();
             let key = cache_key(model, &texts);
             let cached =
-                cache_dir.and_then(|dir| read_cache(dir, category, &key, group.len() * dims));
+                cache_dir.and_then(|dir| read_cache(dir, category, &key, members.len() * dims));
             let block = cached.unwrap_or_else(|| {
                 let block = embed_all(model, &texts);
                 if let Some(dir) = cache_dir {
@@ -52,8 +49,9 @@ impl Semantic {
                 }
                 block
             });
-            vectors[start * dims..end * dims].copy_from_slice(&block);
-            start = end;
+            for (row, i) in block.chunks_exact(dims).zip(&members) {
+                vectors[i * dims..(i + 1) * dims].copy_from_slice(row);
+            }
         }
         Semantic { model, vectors }
     }

@@ -80,6 +80,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
 
     if let Some(config) = &config {
         checks.push(policy_check(cli, config));
+        checks.push(search_check(config));
         checks.extend(upstream_checks(cli, config));
     }
     let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
@@ -255,6 +256,20 @@ fn tempdir() -> std::io::Result<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("cem-doctor-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// How search ranks. Words only is a warning unless the config asked for it.
+fn search_check(config: &cem_config::Config) -> Check {
+    let ranking = cem_server::discovery::Ranking::from_config(&config.search);
+    let status = match ranking {
+        cem_server::discovery::Ranking::Lexical(_) if config.search.semantic => Status::Warn,
+        _ => Status::Ok,
+    };
+    Check {
+        name: "search",
+        status,
+        detail: format!("tools are ranked {}", ranking.describe()),
+    }
 }
 
 /// The policy in force, in one line.

@@ -21,8 +21,8 @@ pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport,
-    UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig,
+    Transport, UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use secret::Secret;

@@ -22,6 +22,22 @@ pub struct Config {
     pub policy: cem_policy::Policy,
     /// Where tool calls are recorded (`policy.audit`).
     pub audit: AuditConfig,
+    /// How tools are found (`search`).
+    pub search: SearchConfig,
+}
+
+/// The `search` section.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchConfig {
+    /// Rank by meaning (the built-in embedding model) as well as by words.
+    /// Off: lexical ranking only, fully deterministic across builds.
+    pub semantic: bool,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        Self { semantic: true }
+    }
 }
 
 /// The `policy.audit` section.

@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::expand::expand;
 use crate::model::{
-    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, ServerConfig, Transport,
-    UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig,
+    Transport, UpstreamConfig, WorkspaceConfig,
 };
 use crate::{ConfigError, Problem, Secret};
 use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
@@ -112,6 +112,7 @@ impl Cx<'_> {
                 "workspace" => config.workspace = self.workspace(value),
                 "upstream" => config.upstream = self.upstream(value),
                 "policy" => (config.policy, config.audit) = self.policy(value),
+                "search" => config.search = self.search(value),
                 "tools_registry" => {
                     config.tools_registry =
                         self.expanded("tools_registry", value).map(PathBuf::from)
@@ -595,6 +596,21 @@ impl Cx<'_> {
             );
         }
         decision
+    }
+
+    fn search(&mut self, value: &Value) -> SearchConfig {
+        let mut s = SearchConfig::default();
+        let Some(obj) = self.object("search", value) else {
+            return s;
+        };
+        for (field, v) in obj {
+            let key = format!("search.{field}");
+            match field.as_str() {
+                "semantic" => s.semantic = self.boolean(&key, v).unwrap_or(s.semantic),
+                _ => self.unknown(&key, &["semantic"]),
+            }
+        }
+        s
     }
 
     fn upstream(&mut self, value: &Value) -> UpstreamConfig {

@@ -13,6 +13,43 @@ use tokio::sync::RwLock;
 /// of a server; later starts read the disk cache).
 const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 
+/// How the catalog ranks, and if only by words, why.
+#[derive(Debug, Clone)]
+pub enum Ranking {
+    /// Words and meaning, with this model.
+    Hybrid(&'static cem_catalog::StaticModel),
+    /// Words only, for the reason given.
+    Lexical(String),
+}
+
+impl Ranking {
+    /// What the configuration asks and this build can do: hybrid unless
+    /// `search.semantic` is off, the binary has no model, or it does not
+    /// load (said, never silent).
+    pub fn from_config(config: &cem_config::SearchConfig) -> Self {
+        if !config.semantic {
+            return Ranking::Lexical("search.semantic is false in the config".into());
+        }
+        match cem_catalog::builtin_model() {
+            Some(Ok(model)) => Ranking::Hybrid(model),
+            Some(Err(e)) => {
+                Ranking::Lexical(format!("the built-in embedding model is damaged: {e}"))
+            }
+            None => Ranking::Lexical(
+                "this binary was built without the embedding model (feature `semantic`)".into(),
+            ),
+        }
+    }
+
+    /// One line for `doctor` and the logs.
+    pub fn describe(&self) -> String {
+        match self {
+            Ranking::Hybrid(model) => format!("by words and meaning (model {})", model.name()),
+            Ranking::Lexical(why) => format!("by words only: {why}"),
+        }
+    }
+}
+
 /// One built catalog and the servers whose tools could not be had.
 pub struct Built {
     pub catalog: Catalog,
@@ -37,6 +74,9 @@ pub struct CatalogService {
     /// One wrapper writer at a time: two would race on the files, and one
     /// writing fewer servers would prune what the other just wrote.
     wrappers_lock: tokio::sync::Mutex<()>,
+    ranking: Ranking,
+    /// Where entries' vectors are cached (`<data>/cache/vectors`).
+    vector_cache: Option<std::path::PathBuf>,
 }
 
 impl CatalogService {
@@ -45,6 +85,8 @@ impl CatalogService {
         registry: Vec<Entry>,
         wrappers_dir: Option<std::path::PathBuf>,
         skills: Option<SkillStore>,
+        ranking: Ranking,
+        vector_cache: Option<std::path::PathBuf>,
     ) -> Self {
         Self {
             manager,
@@ -55,6 +97,27 @@ impl CatalogService {
             current: RwLock::new(None),
             watching: std::sync::atomic::AtomicBool::new(false),
             wrappers_lock: tokio::sync::Mutex::new(()),
+            ranking,
+            vector_cache,
+        }
+    }
+
+    /// How searches rank.
+    pub fn ranking(&self) -> &Ranking {
+        &self.ranking
+    }
+
+    /// A catalog of `entries`, with their vectors when ranking by meaning
+    /// (read from the cache, else computed: tens of microseconds a tool,
+    /// which like the lexical index is built in place).
+    fn catalog_of(&self, entries: Vec<Entry>) -> Catalog {
+        match self.ranking {
+            Ranking::Hybrid(model) => {
+                let semantic =
+                    cem_catalog::Semantic::new(model, &entries, self.vector_cache.as_deref());
+                Catalog::hybrid(entries, semantic)
+            }
+            Ranking::Lexical(_) => Catalog::new(entries),
         }
     }
 
@@ -193,7 +256,7 @@ impl CatalogService {
         entries.extend(self.skill_entries().await);
         let unavailable = built.unavailable.clone();
         *slot = Some(Arc::new(Built {
-            catalog: Catalog::new(entries),
+            catalog: self.catalog_of(entries),
             unavailable,
         }));
     }
@@ -337,7 +400,7 @@ impl CatalogService {
         entries.extend(self.registry.iter().cloned());
         entries.extend(self.skill_entries().await);
         Built {
-            catalog: Catalog::new(entries),
+            catalog: self.catalog_of(entries),
             unavailable,
         }
     }

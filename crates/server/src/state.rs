@@ -147,6 +147,8 @@ impl AppState {
             registry,
             Some(data_dir.to_path_buf()),
             Some(skills.clone()),
+            crate::discovery::Ranking::from_config(&config.search),
+            Some(data_dir.join("cache").join("vectors")),
         ));
         let audit_path = config
             .audit
