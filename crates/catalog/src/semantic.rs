@@ -200,3 +200,122 @@ fn write_cache(dir: &Path, category: &str, key: &str, block: &[f32]) {
         let _ = tmp.persist(target);
     }
 }
+
+#[cfg(all(test, feature = "semantic"))]
+mod tests {
+    use super::*;
+    use crate::Catalog;
+
+    fn model() -> &'static StaticModel {
+        match cem_embed::builtin() {
+            Some(Ok(m)) => m,
+            Some(Err(e)) => panic!("{e}"),
+            None => panic!("no built-in model"),
+        }
+    }
+
+    fn entry(category: &str, name: &str, description: &str) -> Entry {
+        Entry {
+            category: category.into(),
+            name: name.into(),
+            description: description.into(),
+            ..Entry::default()
+        }
+    }
+
+    fn entries() -> Vec<Entry> {
+        vec![
+            entry(
+                "time",
+                "get_current_time",
+                "Get the current time in a specific timezone",
+            ),
+            entry(
+                "fs",
+                "create_directory",
+                "Create a new directory or ensure it exists",
+            ),
+            entry(
+                "web",
+                "fetch",
+                "Fetches a URL from the internet and extracts its contents as markdown",
+            ),
+            entry("fs", "move_file", "Move or rename files and directories"),
+        ]
+    }
+
+    fn top(c: &Catalog, q: &str) -> String {
+        c.search(q, None, 1)
+            .first()
+            .map(|h| c.entries()[h.index].qualified_name())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn meaning_finds_what_words_miss() {
+        let lexical = Catalog::new(entries());
+        let hybrid = Catalog::hybrid(entries(), Semantic::new(model(), &entries(), None));
+        let need = "what hour is it in Sydney";
+        assert_ne!(top(&lexical, need), "time.get_current_time");
+        assert_eq!(top(&hybrid, need), "time.get_current_time");
+        assert_eq!(top(&hybrid, "make a new folder"), "fs.create_directory");
+        // Words still count: the name wins when the query says it.
+        assert_eq!(top(&hybrid, "move file"), "fs.move_file");
+        assert_eq!(hybrid.semantic_model(), Some(model().name()));
+    }
+
+    #[test]
+    fn vectors_are_cached_per_category_and_renewed_when_tools_change() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let first = Semantic::new(model(), &entries(), Some(dir.path()));
+        let files = |dir: &Path| {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let written = files(dir.path());
+        assert_eq!(written.len(), 3, "{written:?}");
+        // A file the cache holds is what is used: overwrite one with other
+        // (valid) numbers and read them back.
+        let time_file = dir.path().join(
+            written
+                .iter()
+                .find(|n| n.starts_with("time-"))
+                .unwrap_or_else(|| panic!("{written:?}")),
+        );
+        let dims = model().dims();
+        std::fs::write(&time_file, vec![0u8; dims * 4]).unwrap_or_else(|e| panic!("{e}"));
+        let again = Semantic::new(model(), &entries(), Some(dir.path()));
+        assert!(again.vectors[..dims].iter().all(|x| *x == 0.0));
+        assert_eq!(first.vectors[dims..], again.vectors[dims..]);
+        // A changed description is a new key; the old file of that server goes.
+        let mut changed = entries();
+        changed[0].description = "Tell the time somewhere".into();
+        let renewed = Semantic::new(model(), &changed, Some(dir.path()));
+        assert!(renewed.vectors[..dims].iter().any(|x| *x != 0.0));
+        let now = files(dir.path());
+        assert_eq!(now.len(), 3, "{now:?}");
+        assert!(
+            !now.contains(
+                &time_file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            )
+        );
+        // A truncated file is not trusted.
+        let fs_file = dir.path().join(
+            now.iter()
+                .find(|n| n.starts_with("fs-"))
+                .unwrap_or_else(|| panic!("{now:?}")),
+        );
+        std::fs::write(&fs_file, [0u8; 8]).unwrap_or_else(|e| panic!("{e}"));
+        let recomputed = Semantic::new(model(), &changed, Some(dir.path()));
+        assert_eq!(recomputed.vectors, renewed.vectors);
+    }
+}

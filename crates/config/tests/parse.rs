@@ -274,3 +274,18 @@ fn policy_mistakes_name_the_key() {
     let e = error(r#"{"policy": {"audit": {"max_bytes": 10}}}"#);
     assert!(e.contains("policy.audit.max_bytes"), "{e}");
 }
+
+#[test]
+fn the_search_section_turns_meaning_off() -> Result<(), ConfigError> {
+    assert!(parse("{}")?.config.search.semantic);
+    let off = parse(r#"{"search": {"semantic": false}}"#)?;
+    assert!(!off.config.search.semantic);
+    let e = error(r#"{"search": {"semantic": "no"}}"#);
+    assert!(e.contains("search.semantic"), "{e}");
+    let e = error(r#"{"search": {"semnatic": false}}"#);
+    assert!(
+        e.contains("search.semnatic") && e.contains("unknown key"),
+        "{e}"
+    );
+    Ok(())
+}

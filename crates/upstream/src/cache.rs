@@ -101,3 +101,36 @@ pub fn clear(dir: &Path) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instructions_are_kept_with_the_tools_and_bounded() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let server = ServerConfig {
+            name: "s".into(),
+            transport: Transport::Stdio {
+                command: "true".into(),
+                args: vec![],
+                env: Default::default(),
+                cwd: None,
+            },
+            disabled: false,
+            timeout_seconds: None,
+        };
+        store(dir.path(), &server, &[], Some("Use search before read."))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            load_instructions(dir.path(), &server).as_deref(),
+            Some("Use search before read.")
+        );
+        assert_eq!(load(dir.path(), &server).map(|t| t.len()), Some(0));
+        store(dir.path(), &server, &[], None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(load_instructions(dir.path(), &server), None);
+        let long = "é".repeat(MAX_INSTRUCTIONS);
+        let cut = bounded_instructions(&long);
+        assert!(cut.len() <= MAX_INSTRUCTIONS && cut.chars().all(|c| c == 'é'));
+    }
+}
