@@ -1,13 +1,16 @@
-//! Search latency over a catalog of 10,000 tools built from real schemas.
+//! Search latency over a catalog of 10,000 tools built from real schemas,
+//! by words alone and by words and meaning, in one run.
 //!
-//! `cargo bench -p cem-catalog --bench search`. The five test servers'
-//! real tool lists (benches/real_tools.json) are replicated under 200
-//! server names to 10,000 entries; 36 natural-language queries are run
-//! round-robin and each search is timed. Prints p50 and p99.
+//! `cargo bench -p cem-catalog --bench search`. The eleven servers' real
+//! tool lists of the search evaluation (tests/search_eval/servers) are
+//! replicated under numbered server names to 10,000 entries; 36
+//! natural-language queries are run round-robin and each search is timed.
+//! Also measured: loading the built-in model, building each index, and the
+//! resident memory the model and the vectors add. Prints one JSON line.
 
 use std::time::Instant;
 
-use cem_catalog::{Catalog, Entry, EntryKind};
+use cem_catalog::{Catalog, Entry, Semantic, builtin_model};
 
 const QUERIES: &[&str] = &[
     "show the commit history of a repository",
@@ -48,55 +51,99 @@ const QUERIES: &[&str] = &[
     "comit log",
 ];
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let fixture: serde_json::Value = serde_json::from_str(include_str!("real_tools.json"))?;
-    let tools = fixture["tools"].as_array().ok_or("fixture has no tools")?;
+/// Resident memory in bytes (Linux), 0 elsewhere.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn entries() -> Result<Vec<Entry>, Box<dyn std::error::Error>> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/search_eval/servers");
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .flatten()
+        .map(|f| f.path())
+        .collect();
+    files.sort();
+    let mut tools = Vec::new();
+    for file in files {
+        let list: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+        let server = list["server"].as_str().unwrap_or("s").to_string();
+        for t in list["tools"].as_array().into_iter().flatten() {
+            tools.push((server.clone(), t.clone()));
+        }
+    }
     let mut entries = Vec::new();
     'fill: for copy in 0.. {
-        for t in tools {
+        for (server, t) in &tools {
             if entries.len() == 10_000 {
                 break 'fill;
             }
-            entries.push(Entry {
-                kind: EntryKind::Upstream,
-                category: format!("{}_{copy}", t["server"].as_str().unwrap_or("s")),
-                name: t["name"].as_str().unwrap_or("t").to_string(),
-                description: t["description"].as_str().unwrap_or("").to_string(),
-                input_schema: Some(t["inputSchema"].clone()),
-                output_schema: None,
-                keywords: vec![],
-                mcp_server: None,
-                ..Default::default()
-            });
+            if let Some(e) = Entry::upstream(&format!("{server}_{copy}"), t, None) {
+                entries.push(e);
+            }
         }
     }
-    let built = Instant::now();
-    let catalog = Catalog::new(entries);
-    let build_ms = built.elapsed().as_secs_f64() * 1000.0;
-    // Warm up, then time each search.
+    Ok(entries)
+}
+
+/// p50 and p99 in ms of 20 rounds of the queries.
+fn time(catalog: &Catalog) -> (f64, f64) {
     for q in QUERIES {
         std::hint::black_box(catalog.search(q, None, 10));
     }
     let mut times: Vec<f64> = Vec::new();
-    for round in 0..20 {
+    for _ in 0..20 {
         for q in QUERIES {
             let t0 = Instant::now();
-            let hits = catalog.search(q, None, 10);
+            std::hint::black_box(catalog.search(q, None, 10));
             times.push(t0.elapsed().as_secs_f64() * 1000.0);
-            if round == 0 {
-                std::hint::black_box(hits);
-            }
         }
     }
     times.sort_by(|a, b| a.total_cmp(b));
     let p = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+    (p(0.5), p(0.99))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let entries = entries()?;
+    let t0 = Instant::now();
+    let lexical = Catalog::new(entries.clone());
+    let lexical_build_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let (lexical_p50, lexical_p99) = time(&lexical);
+    drop(lexical);
+
+    let rss_before = rss();
+    let t0 = Instant::now();
+    let model = match builtin_model() {
+        Some(Ok(model)) => model,
+        Some(Err(e)) => return Err(e.to_string().into()),
+        None => return Err("built without the `semantic` feature".into()),
+    };
+    let model_load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let rss_model = rss();
+    let t0 = Instant::now();
+    let semantic = Semantic::new(model, &entries, None);
+    let embed_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let cache = tempfile::tempdir()?;
+    Semantic::new(model, &entries, Some(cache.path()));
+    let t0 = Instant::now();
+    std::hint::black_box(Semantic::new(model, &entries, Some(cache.path())));
+    let cached_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let hybrid = Catalog::hybrid(entries, semantic);
+    let rss_vectors = rss();
+    let (p50, p99) = time(&hybrid);
     println!(
-        "{{\"catalog_tools\": {}, \"build_ms\": {:.1}, \"searches\": {}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}}}",
-        catalog.len(),
-        build_ms,
-        times.len(),
-        p(0.5),
-        p(0.99)
+        "{{\"catalog_tools\": {}, \"p50_ms\": {p50:.3}, \"p99_ms\": {p99:.3}, \
+         \"lexical_p50_ms\": {lexical_p50:.3}, \"lexical_p99_ms\": {lexical_p99:.3}, \
+         \"lexical_build_ms\": {lexical_build_ms:.1}, \"model_load_ms\": {model_load_ms:.1}, \
+         \"embed_ms\": {embed_ms:.1}, \"embed_cached_ms\": {cached_ms:.1}, \
+         \"model_rss_mb\": {:.1}, \"vectors_rss_mb\": {:.1}, \"searches\": {}}}",
+        hybrid.len(),
+        (rss_model.saturating_sub(rss_before)) as f64 / 1048576.0,
+        (rss_vectors.saturating_sub(rss_model)) as f64 / 1048576.0,
+        20 * QUERIES.len(),
     );
     Ok(())
 }

@@ -167,36 +167,37 @@ impl Catalog {
                 .map(|index| Hit { index, score: 0.0 })
                 .collect();
         }
-        let mut scores = self.lexical_scores(&query_terms);
-        if let Some(semantic) = &self.semantic
-            && let Some(cosines) = semantic.scores(query)
-        {
-            scores = blend(&scores, &cosines);
-        }
+        let lexical = self.lexical_scores(&query_terms);
+        let mut hits: Vec<Hit> = match self.semantic.as_ref().and_then(|s| s.scores(query)) {
+            Some(cosines) => blend(&lexical, &cosines),
+            None => lexical
+                .into_iter()
+                .map(|(doc, score)| Hit {
+                    index: doc as usize,
+                    score,
+                })
+                .collect(),
+        };
         let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
-        let mut hits: Vec<Hit> = scores
-            .into_iter()
-            .filter(|(doc, _)| in_category(*doc as usize))
-            .map(|(doc, score)| {
-                let index = doc as usize;
-                let demoted = self.deprecated[index] && !wants_deprecated;
-                Hit {
-                    index,
-                    score: if demoted {
-                        score * DEPRECATED_FACTOR
-                    } else {
-                        score
-                    },
-                }
-            })
-            .collect();
+        hits.retain(|h| in_category(h.index));
+        for hit in &mut hits {
+            if self.deprecated[hit.index] && !wants_deprecated {
+                hit.score *= DEPRECATED_FACTOR;
+            }
+        }
         self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
-        hits.sort_by(|a, b| {
+        let order = |a: &Hit, b: &Hit| {
             b.score
-                .partial_cmp(&a.score)
-                .unwrap_or(std::cmp::Ordering::Equal)
+                .total_cmp(&a.score)
                 .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
-        });
+        };
+        // Only the best `limit` need sorting: with meaning, most of a large
+        // catalog scores something.
+        if hits.len() > limit && limit > 0 {
+            hits.select_nth_unstable_by(limit - 1, order);
+            hits.truncate(limit);
+        }
+        hits.sort_by(order);
         hits.truncate(limit);
         hits
     }
@@ -309,22 +310,21 @@ impl Catalog {
 /// The hybrid score: the lexical score scaled so the best hit has 1, with
 /// [`LEXICAL_SHARE`] of the weight, and the cosine with the rest. An entry
 /// with no word in common is kept when its cosine reaches [`MIN_COSINE`].
-fn blend(lexical: &HashMap<u32, f32>, cosines: &[f32]) -> HashMap<u32, f32> {
+fn blend(lexical: &HashMap<u32, f32>, cosines: &[f32]) -> Vec<Hit> {
     let best = lexical.values().fold(0f32, |m, s| m.max(*s));
-    let mut out = HashMap::with_capacity(lexical.len() * 2);
-    for (doc, cosine) in cosines.iter().enumerate() {
-        let doc = doc as u32;
-        let lex = lexical
-            .get(&doc)
-            .map_or(0.0, |s| s / best.max(f32::MIN_POSITIVE));
-        if lex > 0.0 || *cosine >= MIN_COSINE {
-            out.insert(
-                doc,
-                LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * cosine.max(0.0),
-            );
-        }
+    let mut hits = Vec::new();
+    for (index, cosine) in cosines.iter().enumerate() {
+        let lex = match lexical.get(&(index as u32)) {
+            Some(s) => s / best.max(f32::MIN_POSITIVE),
+            None if *cosine < MIN_COSINE => continue,
+            None => 0.0,
+        };
+        hits.push(Hit {
+            index,
+            score: LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * cosine.max(0.0),
+        });
     }
-    out
+    hits
 }
 
 #[cfg(test)]
