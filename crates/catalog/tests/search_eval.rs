@@ -193,8 +193,24 @@ fn agents_find_their_tool_in_the_top_three() {
     let entries = entries();
     let semantic = Semantic::new(model, &entries, None);
     let hybrid = Catalog::hybrid(entries, semantic);
-    let [all, even, odd] = evaluate(&hybrid, &needs, show);
-    println!("hybrid   all   {}", all.line());
-    println!("hybrid   even  {}", even.line());
-    println!("hybrid   odd   {}", odd.line());
+    let [h_all, h_even, h_odd] = evaluate(&hybrid, &needs, show);
+    println!("hybrid   all   {}", h_all.line());
+    println!("hybrid   even  {}", h_even.line());
+    println!("hybrid   odd   {}", h_odd.line());
+    // Meaning must help on both halves, not only on the half the
+    // constants were chosen on.
+    for (h, l, half) in [(h_even, even, "even"), (h_odd, odd, "odd")] {
+        assert!(
+            h.top3 > l.top3 && h.mrr() > l.mrr(),
+            "{half}: hybrid {} against lexical {}",
+            h.line(),
+            l.line()
+        );
+    }
+    // Floors just under today's figures (47.5% and 27.5%), so a change that
+    // loses quality fails here. They are NOT the targets of issue 19 (top-3
+    // 90%, top-1 75%), which this ranking does not reach yet; BENCHMARKS.md
+    // says so.
+    assert!(h_all.top3() >= 0.45, "top-3 fell: {}", h_all.line());
+    assert!(h_all.top1() >= 0.25, "top-1 fell: {}", h_all.line());
 }
