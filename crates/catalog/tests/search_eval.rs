@@ -53,8 +53,11 @@ fn entries() -> Vec<Entry> {
 }
 
 fn needs() -> Vec<Need> {
-    let text = std::fs::read_to_string(dir().join("needs.jsonl"))
-        .unwrap_or_else(|e| panic!("needs.jsonl: {e}"));
+    read_needs("needs.jsonl")
+}
+
+fn read_needs(file: &str) -> Vec<Need> {
+    let text = std::fs::read_to_string(dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -174,6 +177,31 @@ fn the_set_is_large_and_honest() {
             }
         }
     }
+}
+
+/// Queries that do use their tool's words (the integration test's, over
+/// five of these servers): meaning must not cost what words already find.
+#[test]
+fn meaning_keeps_what_words_find() {
+    let named = read_needs("named.jsonl");
+    let lexical = Catalog::new(entries());
+    let [l, _, _] = evaluate(&lexical, &named, false);
+    let model = match builtin_model() {
+        Some(Ok(model)) => model,
+        Some(Err(e)) => panic!("the built-in model does not load: {e}"),
+        None => panic!("built without the `semantic` feature: nothing to evaluate"),
+    };
+    let entries = entries();
+    let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model, &entries, None));
+    let [h, _, _] = evaluate(&hybrid, &named, true);
+    println!("named lexical {}", l.line());
+    println!("named hybrid  {}", h.line());
+    assert!(
+        h.top3 >= l.top3 && h.top1 >= l.top1,
+        "hybrid {} against lexical {}",
+        h.line(),
+        l.line()
+    );
 }
 
 #[test]

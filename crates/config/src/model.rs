@@ -27,18 +27,16 @@ pub struct Config {
 }
 
 /// The `search` section.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SearchConfig {
     /// Rank by meaning (the built-in embedding model) as well as by words.
-    /// Off: lexical ranking only, fully deterministic across builds.
+    /// Off by default for now: on the tool lists of the search evaluation it
+    /// finds far more tools described in other words, but it can still put
+    /// a tool whose own words the query uses below a neighbour ("commit
+    /// logs" ranks `git_commit` over `git_log`).
     pub semantic: bool,
 }
 
-impl Default for SearchConfig {
-    fn default() -> Self {
-        Self { semantic: true }
-    }
-}
 
 /// The `policy.audit` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -28,7 +28,9 @@ impl Ranking {
     /// load (said, never silent).
     pub fn from_config(config: &cem_config::SearchConfig) -> Self {
         if !config.semantic {
-            return Ranking::Lexical("search.semantic is false in the config".into());
+            return Ranking::Lexical(
+                "search.semantic is off (the default; \"search\": {\"semantic\": true} turns meaning on)".into(),
+            );
         }
         match cem_catalog::builtin_model() {
             Some(Ok(model)) => Ranking::Hybrid(model),
