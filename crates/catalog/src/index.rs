@@ -14,7 +14,6 @@ const CATEGORY_WEIGHT: f32 = 1.0;
 const KEYWORD_WEIGHT: f32 = 1.0;
 const DESCRIPTION_WEIGHT: f32 = 1.0;
 const PARAM_WEIGHT: f32 = 0.5;
-const PARAM_DESCRIPTION_WEIGHT: f32 = 0.25;
 const EFFECT_WEIGHT: f32 = 0.5;
 /// The server's instructions are shared by all its tools: they tell a
 /// server apart, hardly a tool.
@@ -102,9 +101,10 @@ impl Catalog {
             for keyword in &entry.keywords {
                 add(keyword, KEYWORD_WEIGHT, &mut postings);
             }
-            for (name, description) in parameters(entry) {
+            // Parameter descriptions are left to the meaning: as words they
+            // pulled `git_diff` ("commit" in its `target`) above `git_log`.
+            for (name, _) in parameters(entry) {
                 add(name, PARAM_WEIGHT, &mut postings);
-                add(description, PARAM_DESCRIPTION_WEIGHT, &mut postings);
             }
             add(effect_words(entry), EFFECT_WEIGHT, &mut postings);
             if let Some(instructions) = &entry.server_instructions {
