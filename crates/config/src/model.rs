@@ -37,7 +37,6 @@ pub struct SearchConfig {
     pub semantic: bool,
 }
 
-
 /// The `policy.audit` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditConfig {
