@@ -52,6 +52,14 @@ fn entries() -> Vec<Entry> {
     entries
 }
 
+fn model() -> &'static cem_catalog::StaticModel {
+    match builtin_model() {
+        Some(Ok(model)) => model,
+        Some(Err(e)) => panic!("the built-in model does not load: {e}"),
+        None => panic!("built without the `semantic` feature: nothing to evaluate"),
+    }
+}
+
 fn needs() -> Vec<Need> {
     read_needs("needs.jsonl")
 }
@@ -186,11 +194,7 @@ fn meaning_keeps_what_words_find() {
     let named = read_needs("named.jsonl");
     let lexical = Catalog::new(entries());
     let [l, _, _] = evaluate(&lexical, &named, false);
-    let model = match builtin_model() {
-        Some(Ok(model)) => model,
-        Some(Err(e)) => panic!("the built-in model does not load: {e}"),
-        None => panic!("built without the `semantic` feature: nothing to evaluate"),
-    };
+    let model = model();
     let entries = entries();
     let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model, &entries, None));
     let [h, _, _] = evaluate(&hybrid, &named, true);
@@ -213,11 +217,7 @@ fn agents_find_their_tool_in_the_top_three() {
     println!("lexical  all   {}", all.line());
     println!("lexical  even  {}", even.line());
     println!("lexical  odd   {}", odd.line());
-    let model = match builtin_model() {
-        Some(Ok(model)) => model,
-        Some(Err(e)) => panic!("the built-in model does not load: {e}"),
-        None => panic!("built without the `semantic` feature: nothing to evaluate"),
-    };
+    let model = model();
     let entries = entries();
     let semantic = Semantic::new(model, &entries, None);
     let hybrid = Catalog::hybrid(entries, semantic);

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::format::{ModelError, parse};
+use crate::format::{ModelError, Parts, parse};
 use crate::wordpiece;
 
 /// A static embedding model: one vector per vocabulary token; a text's
@@ -46,44 +46,29 @@ impl StaticModel {
     /// built-in model): its matrix is used in place.
     pub fn from_static(bytes: &'static [u8]) -> Result<Self, ModelError> {
         let parts = parse(bytes)?;
-        Ok(Self::assemble(
-            parts.name,
-            parts.dims,
-            &parts.tokens,
-            parts.scales,
-            RowBytes::Static(parts.rows),
-        ))
+        let rows = RowBytes::Static(parts.rows);
+        Ok(Self::assemble(parts, rows))
     }
 
     /// A model from a file's bytes (copied).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ModelError> {
         let parts = parse(bytes)?;
-        Ok(Self::assemble(
-            parts.name,
-            parts.dims,
-            &parts.tokens,
-            parts.scales,
-            RowBytes::Owned(parts.rows.to_vec()),
-        ))
+        let rows = RowBytes::Owned(parts.rows.to_vec());
+        Ok(Self::assemble(parts, rows))
     }
 
-    fn assemble(
-        name: &str,
-        dims: usize,
-        tokens: &[&str],
-        scales: Vec<f32>,
-        rows: RowBytes,
-    ) -> Self {
-        let vocab = tokens
+    fn assemble(parts: Parts<'_>, rows: RowBytes) -> Self {
+        let vocab = parts
+            .tokens
             .iter()
             .enumerate()
             .map(|(i, t)| (Box::from(*t), i as u32))
             .collect();
         StaticModel {
-            name: name.to_string(),
-            dims,
+            name: parts.name.to_string(),
+            dims: parts.dims,
             vocab,
-            scales,
+            scales: parts.scales,
             rows,
         }
     }

@@ -360,9 +360,14 @@ impl Manager {
                     });
                 }
             };
-        if let Ok(mut k) = self.known.lock() {
-            k.insert(key, Arc::new(tools.clone()));
-        }
+        self.remember(upstream, Arc::new(tools.clone()));
+        Ok(tools)
+    }
+
+    /// Keeps a list the server just gave: in memory, and on disk with the
+    /// server's instructions.
+    fn remember(&self, upstream: &Upstream, tools: Arc<Vec<Tool>>) {
+        let name = upstream.name();
         if let Err(e) = cache::store(
             &self.cache_dir,
             &upstream.config,
@@ -371,7 +376,9 @@ impl Manager {
         ) {
             tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
         }
-        Ok(tools)
+        if let Ok(mut k) = self.known.lock() {
+            k.insert(name.to_string(), tools);
+        }
     }
 
     /// The tools the server lists on its current connection (connecting
@@ -415,17 +422,7 @@ impl Manager {
             .ok()
             .is_some_and(|k| k.get(&key).is_none_or(|t| t.as_ref() != tools.as_ref()));
         if known_differs {
-            if let Ok(mut k) = self.known.lock() {
-                k.insert(key, tools.clone());
-            }
-            if let Err(e) = cache::store(
-                &self.cache_dir,
-                &upstream.config,
-                &tools,
-                upstream.instructions().as_deref(),
-            ) {
-                tracing::warn!(server = name, error = %e, "cannot write the tool-list cache");
-            }
+            self.remember(upstream, tools.clone());
             self.changed.notify_waiters();
         }
         Ok(tools)
