@@ -14,6 +14,7 @@ pub mod expand;
 pub mod locate;
 mod model;
 mod parse;
+mod requirement;
 mod secret;
 
 /// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.
@@ -21,10 +22,11 @@ pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig,
-    Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig,
+    ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
+pub use requirement::{Requirement, normalize as normalize_package};
 pub use secret::Secret;
 
 use std::path::Path;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::Secret;
+use crate::{Requirement, Secret};
 
 /// Everything the server reads from `mcp_config.json`.
 #[derive(Debug, Clone, Default)]
@@ -149,6 +149,44 @@ pub struct SandboxConfig {
     pub max_output_chars: u64,
     /// Idle time after which a `session_id`'s interpreter is ended.
     pub session_idle_seconds: u64,
+    /// Packages installed on the host into an environment every sandbox
+    /// mounts read-only.
+    pub packages: Vec<Requirement>,
+    /// Let the installer build source distributions (runs their build code
+    /// on the host). Off: wheels only.
+    pub allow_source_builds: bool,
+    /// Whether agents may ask for more packages while they work.
+    pub on_demand: OnDemand,
+    /// Packages (normalised names) agents may ask for when `on_demand` is
+    /// `allowlist`.
+    pub allowed_packages: Vec<String>,
+    /// The `uv` binary that installs packages; `None`: `uv` on PATH.
+    pub installer: Option<PathBuf>,
+    /// Longest one install may take.
+    pub install_timeout_seconds: u64,
+}
+
+/// Who may add packages while code runs (`sandbox.on_demand`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDemand {
+    /// Never: only `sandbox.packages`.
+    Off,
+    /// Only packages named in `sandbox.allowed_packages`.
+    Allowlist,
+    /// Any package of the index (wheels only unless source builds are on).
+    Any,
+}
+
+impl OnDemand {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDemand::Off => "off",
+            OnDemand::Allowlist => "allowlist",
+            OnDemand::Any => "any",
+        }
+    }
 }
 
 impl Default for SandboxConfig {
@@ -167,6 +205,12 @@ impl Default for SandboxConfig {
             allow_unsandboxed: false,
             max_output_chars: 20_000,
             session_idle_seconds: 600,
+            packages: Vec::new(),
+            allow_source_builds: false,
+            on_demand: OnDemand::Allowlist,
+            allowed_packages: Vec::new(),
+            installer: None,
+            install_timeout_seconds: 600,
         }
     }
 }

@@ -8,10 +8,10 @@ use serde_json::{Map, Value};
 
 use crate::expand::expand;
 use crate::model::{
-    AuditConfig, Config, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig,
-    Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig,
+    ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
-use crate::{ConfigError, Problem, Secret};
+use crate::{ConfigError, Problem, Requirement, Secret};
 use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
 
 /// A parsed config plus the warnings worth logging (unknown keys that other
@@ -427,6 +427,46 @@ impl Cx<'_> {
                     }
                 }
                 "network" => s.network = self.boolean(&key, v).unwrap_or(s.network),
+                "packages" => s.packages = self.requirements(&key, v),
+                "allow_source_builds" => {
+                    s.allow_source_builds = self.boolean(&key, v).unwrap_or(s.allow_source_builds)
+                }
+                "on_demand" => match self.string(&key, v).as_deref() {
+                    Some("off") => s.on_demand = OnDemand::Off,
+                    Some("allowlist") => s.on_demand = OnDemand::Allowlist,
+                    Some("any") => s.on_demand = OnDemand::Any,
+                    Some(other) => self.problem(
+                        &key,
+                        format!("expected \"off\", \"allowlist\" or \"any\", got \"{other}\""),
+                    ),
+                    None => {}
+                },
+                "allowed_packages" => {
+                    // Names only: the allowlist says which packages, the
+                    // agent's request says which version.
+                    s.allowed_packages = self
+                        .requirements(&key, v)
+                        .into_iter()
+                        .map(|r| r.name().to_string())
+                        .collect()
+                }
+                "installer" => {
+                    if let Some(p) = self.expanded(&key, v) {
+                        if Path::new(&p).is_absolute() {
+                            s.installer = Some(PathBuf::from(p));
+                        } else {
+                            self.problem(
+                                &key,
+                                format!("expected an absolute path to the uv binary, got \"{p}\""),
+                            );
+                        }
+                    }
+                }
+                "install_timeout_seconds" => {
+                    s.install_timeout_seconds = self
+                        .positive(&key, v, 10, 86_400, "seconds")
+                        .unwrap_or(s.install_timeout_seconds)
+                }
                 "allow_unsandboxed" => {
                     s.allow_unsandboxed = self.boolean(&key, v).unwrap_or(s.allow_unsandboxed)
                 }
@@ -754,6 +794,35 @@ impl Cx<'_> {
         )
     }
 
+    fn requirements(&mut self, key: &str, value: &Value) -> Vec<Requirement> {
+        let mut out: Vec<Requirement> = Vec::new();
+        let Value::Array(items) = value else {
+            self.problem(
+                key,
+                format!(
+                    "expected an array of requirements such as [\"pandas>=2\", \"openpyxl\"], got {}",
+                    kind(value)
+                ),
+            );
+            return out;
+        };
+        for (i, item) in items.iter().enumerate() {
+            let key = format!("{key}[{i}]");
+            let Some(text) = self.string(&key, item) else {
+                continue;
+            };
+            match Requirement::parse(&text) {
+                Ok(r) if out.iter().any(|o| o.name() == r.name()) => self.problem(
+                    &key,
+                    format!("{} is listed twice; keep one entry per package", r.name()),
+                ),
+                Ok(r) => out.push(r),
+                Err(e) => self.problem(&key, e),
+            }
+        }
+        out
+    }
+
     fn string_map(&mut self, key: &str, value: &Value) -> BTreeMap<String, Secret> {
         let Some(obj) = self.object(key, value) else {
             return BTreeMap::new();
@@ -785,6 +854,12 @@ const SANDBOX_KEYS: &[&str] = &[
     "pool_size",
     "network",
     "allow_unsandboxed",
+    "packages",
+    "allow_source_builds",
+    "on_demand",
+    "allowed_packages",
+    "installer",
+    "install_timeout_seconds",
     "max_output_chars",
     "session_idle_seconds",
 ];

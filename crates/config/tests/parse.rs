@@ -149,6 +149,16 @@ fn wrong_types_everywhere() {
 }
 
 #[test]
+fn package_settings_are_checked() {
+    insta::assert_snapshot!(error(
+        r#"{"sandbox": {"packages": ["pandas>=2", "pkg @ https://x.invalid/p.whl", "--index-url=x",
+                                     "Pandas", 3],
+                        "on_demand": "sometimes", "allowed_packages": "numpy",
+                        "installer": "uv", "install_timeout_seconds": 1}}"#
+    ));
+}
+
+#[test]
 fn not_an_object() {
     insta::assert_snapshot!(error("[1, 2]"));
     insta::assert_snapshot!(error(r#"{"mcpServers": []}"#));
