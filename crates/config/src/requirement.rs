@@ -12,7 +12,8 @@ use std::fmt;
 pub struct Requirement {
     /// The project name normalised as PEP 503 says (`Foo_Bar` -> `foo-bar`).
     name: String,
-    /// The requirement as the installer gets it (spaces removed).
+    /// The requirement as the installer gets it (name normalised, spaces
+    /// removed).
     text: String,
 }
 
@@ -109,10 +110,11 @@ impl Requirement {
                 }
             }
         }
-        Ok(Requirement {
-            name: normalize(raw_name),
-            text: compact,
-        })
+        // The name normalised, so "Pandas" and "pandas" are one requirement
+        // (one environment digest, one layer).
+        let name = normalize(raw_name);
+        let text = format!("{name}{}", &compact[name_end..]);
+        Ok(Requirement { name, text })
     }
 
     /// The normalised project name.
@@ -120,7 +122,8 @@ impl Requirement {
         &self.name
     }
 
-    /// The requirement as given to the installer.
+    /// The requirement as given to the installer: the normalised name,
+    /// then extras and versions as written.
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -172,7 +175,7 @@ mod tests {
             (
                 "Foo_Bar.baz==1.0.post1",
                 "foo-bar-baz",
-                "Foo_Bar.baz==1.0.post1",
+                "foo-bar-baz==1.0.post1",
             ),
             (
                 "requests[socks,security]~=2.32",
