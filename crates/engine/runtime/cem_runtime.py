@@ -326,6 +326,50 @@ def _host(kind, arguments, name):
     return message.get("value")
 
 
+# --- packages ----------------------------------------------------------------------
+# The host installs; the sandbox only reads. The declared environment is on
+# sys.path from the start; layers asked for on demand appear in the attach
+# directory (bound read-only) and go in front of it.
+
+_PACKAGES_ENV = os.environ.get("CEM_PACKAGES_ENV")
+_PACKAGES_MORE = os.environ.get("CEM_PACKAGES_MORE")
+if _PACKAGES_ENV and os.path.isdir(_PACKAGES_ENV):
+    sys.path.insert(0, _PACKAGES_ENV)
+
+
+class InstallError(ImportError):
+    """install() could not install what was asked; the message says why and what to do."""
+
+
+def _add_packages(names):
+    added = False
+    for name in names or ():
+        path = os.path.join(_PACKAGES_MORE or "", str(name))
+        if _PACKAGES_MORE and "/" not in str(name) and os.path.isdir(path) and path not in sys.path:
+            sys.path.insert(0, path)
+            added = True
+    if added:
+        importlib.invalidate_caches()
+
+
+def install(*requirements):
+    """Installs packages (e.g. install("pandas", "openpyxl>=3")) for this interpreter, on the host.
+
+    The sandbox keeps no network: the host installs into a read-only layer
+    and makes it importable here. Returns the installed "name==version"s.
+    Allowed only as the server's config says (sandbox.on_demand)."""
+    if len(requirements) == 1 and isinstance(requirements[0], (list, tuple)):
+        requirements = tuple(requirements[0])
+    if not requirements or not all(isinstance(r, str) for r in requirements):
+        raise TypeError('install() takes requirement strings, e.g. install("pandas>=2")')
+    try:
+        answer = _host("install", {"requirements": list(requirements)}, "install")
+    except ToolError as e:
+        raise InstallError(e.message) from None
+    _add_packages(answer.get("dirs"))
+    return answer.get("installed", [])
+
+
 def search_tools(query, category=None, detail_level="summary", limit=10):
     """Searches the tool catalog: the same answer as the search_tools MCP tool."""
     args = {"query": query, "detail_level": detail_level, "limit": limit}
@@ -716,6 +760,8 @@ def _namespace():
         "call_tool": call_tool,
         "call_tool_async": call_tool_async,
         "search_tools": search_tools,
+        "install": install,
+        "InstallError": InstallError,
         "tokenize_pii": tokenize_pii,
         "detokenize_pii": detokenize_pii,
         "save_skill": save_skill,
@@ -759,6 +805,7 @@ def _run(request, ns):
     limit = int(request.get("max_output_chars", 20000))
     capture = _Capture(limit)
     answer = {"type": "result", "success": True}
+    _add_packages(request.get("packages"))
     ns.update(request.get("context_vars") or {})
     ns.pop("result", None)
     source = request["code"]
@@ -795,6 +842,9 @@ def _run(request, ns):
         )
     except BaseException as e:  # noqa: BLE001 - everything the code raises is the agent's to see
         answer.update(success=False, error=f"{type(e).__name__}: {e}", traceback=_agent_traceback(e))
+        name = getattr(e, "name", None) if type(e) is ModuleNotFoundError else None
+        if isinstance(name, str) and name.partition(".")[0] not in ("skills", "servers"):
+            answer["missing_module"] = name
     finally:
         sys.stdout, sys.stderr = old_out, old_err
     result, note = _jsonable_result(ns.get("result"), limit)

@@ -33,9 +33,18 @@ pub struct ExecAnswer {
     /// The status a script passed to sys.exit() (for `run`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i64>,
-    /// Present only when the code ran without OS isolation.
+    /// Present when the code ran without OS isolation, or without the
+    /// declared packages.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// When the execution waited on package installs: for how long, what
+    /// was installed, whether it all came ready-built.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages: Option<Value>,
+    /// The module an uncaught ModuleNotFoundError named (for the note the
+    /// host adds; not part of the answer).
+    #[serde(skip)]
+    pub missing_module: Option<String>,
 }
 
 impl ExecAnswer {
@@ -62,6 +71,7 @@ impl ExecAnswer {
             note: text("note").map(|n| cut(&n, 1000)),
             exit_code: msg.get("exit_code").and_then(Value::as_i64),
             stderr: text("stderr"),
+            missing_module: text("missing_module").filter(|m| m.len() <= 200),
             ..Default::default()
         };
         // The runtime caps at `cap` and adds a note; only a runtime that

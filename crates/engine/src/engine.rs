@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cem_config::SandboxConfig;
+use cem_packages::{EnvState, Packages};
 use cem_sandbox::Layers;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell};
 
 use crate::answer::ExecAnswer;
 use crate::bridge::Bridge;
-use crate::process::{CallStats, Interp, Launch};
+use crate::install::{InstallStats, Installs, parse_requirements};
+use crate::process::{CallStats, Interp, Launch, PackageMounts};
 use crate::{EngineError, runtime};
 
 /// Processes and threads one sandbox may run.
@@ -64,6 +66,8 @@ pub struct ExecRequest {
     pub script_name: Option<String>,
     /// Overrides sandbox.max_output_chars (a script's output is its own).
     pub max_output_chars: Option<u64>,
+    /// Packages to install (on the host) before the code runs.
+    pub requirements: Vec<String>,
 }
 
 struct Session {
@@ -75,12 +79,16 @@ struct Ready {
     launch: Launch,
     mode: SandboxMode,
     layers: Option<Layers>,
+    packages: Arc<Packages>,
 }
 
 /// Runs agent code. Cheap to share (`Arc`).
 pub struct Engine {
     options: EngineOptions,
     ready: OnceCell<Result<Ready, String>>,
+    /// The declared package environment, settled once (built if needed),
+    /// and whether the installer ran for it.
+    base: OnceCell<(EnvState, bool)>,
     pool: Mutex<Vec<Interp>>,
     refill: Notify,
     sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
@@ -96,6 +104,7 @@ impl Engine {
     pub fn new(options: EngineOptions) -> Arc<Engine> {
         Arc::new(Engine {
             ready: OnceCell::new(),
+            base: OnceCell::new(),
             pool: Mutex::new(Vec::new()),
             refill: Notify::new(),
             sessions: Mutex::new(HashMap::new()),
@@ -110,7 +119,10 @@ impl Engine {
     pub fn warm_up(self: &Arc<Self>) {
         let engine = self.clone();
         tokio::spawn(async move {
-            if engine.prepare().await.is_ok() {
+            if let Ok(ready) = engine.prepare().await {
+                // Pooled interpreters mount the declared environment: it
+                // is settled (built, or found) before the pool fills.
+                engine.base_env(ready).await;
                 engine.fill_pool().await;
             }
         });
@@ -142,6 +154,67 @@ impl Engine {
         ready.as_ref().map_err(|e| EngineError::Start(e.clone()))
     }
 
+    /// The declared environment, built on first need; and how long this
+    /// caller waited for an install of it (zero when none ran).
+    async fn base_env(&self, ready: &Ready) -> (&EnvState, Duration) {
+        if let Some((state, _)) = self.base.get() {
+            return (state, Duration::ZERO);
+        }
+        let started = Instant::now();
+        let (state, installed) = self
+            .base
+            .get_or_init(|| async {
+                let packages = ready.packages.clone();
+                let synced = tokio::task::spawn_blocking(move || {
+                    packages.sweep_attach_dirs();
+                    packages.sync(&|_| {})
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    let reason = format!("the install task failed: {e}");
+                    (EnvState::Failed { reason }, false)
+                });
+                if let Some(warning) = synced.0.warning() {
+                    tracing::warn!("{warning}");
+                }
+                synced
+            })
+            .await;
+        let waited = if *installed {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        };
+        (state, waited)
+    }
+
+    /// The package state for status answers (never waits on a build).
+    fn packages_status(&self, ready: &Ready) -> Value {
+        let settings = ready.packages.settings();
+        let mut out = json!({
+            "declared": settings.declared,
+            "on_demand": settings.on_demand.as_str(),
+        });
+        if settings.on_demand == cem_config::OnDemand::Allowlist {
+            out["allowed"] = json!(settings.allowed);
+        }
+        match self.base.get() {
+            None if !settings.declared.is_empty() => out["state"] = json!("installing"),
+            None => out["state"] = json!(EnvState::Empty.label()),
+            Some((state, _)) => {
+                out["state"] = json!(state.label());
+                if let Some(env) = state.env() {
+                    out["installed"] = json!(env.manifest.dists.len());
+                    out["size_mb"] = json!(env.manifest.size_bytes >> 20);
+                }
+                if let Some(w) = state.warning() {
+                    out["warning"] = json!(w);
+                }
+            }
+        }
+        out
+    }
+
     /// How code runs here, and each layer (None until probed).
     pub async fn status(&self) -> Value {
         match self.prepare().await {
@@ -162,6 +235,7 @@ impl Engine {
                     obj.insert("python".into(), json!(ready.launch.layout.version));
                 }
                 if let Some(obj) = out.as_object_mut() {
+                    obj.insert("packages".into(), self.packages_status(ready));
                     obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
                     obj.insert("sessions".into(), json!(self.sessions.lock().await.len()));
                     obj.insert(
@@ -215,7 +289,18 @@ impl Engine {
                  in the config"
             )));
         }
+        let requested = if request.requirements.is_empty() {
+            Vec::new()
+        } else {
+            parse_requirements(&request.requirements)
+                .map_err(|e| EngineError::BadRequest(format!("requirements: {e}")))?
+        };
         let started = Instant::now();
+        let (base, base_wait) = self.base_env(ready).await;
+        let installs = Installs {
+            packages: ready.packages.clone(),
+            base: base.env().cloned(),
+        };
         let _permit = self
             .running
             .acquire()
@@ -225,7 +310,7 @@ impl Engine {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 
         let max_output = request.max_output_chars.unwrap_or(cfg.max_output_chars);
-        let message = json!({
+        let mut message = json!({
             "type": "exec",
             "code": request.code,
             "context_vars": request.context_vars,
@@ -237,15 +322,26 @@ impl Engine {
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
         let mut stats = CallStats::new(cfg.max_tool_calls);
+        if let Ok(mut s) = stats.installs.lock() {
+            s.waited = base_wait;
+        }
         let mut answer = match &request.session_id {
             None => {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
+                if !requested.is_empty() {
+                    let dirs = installs
+                        .install(requested, interp.attach_dir.clone(), &stats.installs)
+                        .await
+                        .map_err(EngineError::Refused)?;
+                    message["packages"] = json!(dirs.0);
+                }
                 let outcome = interp
                     .exchange(
                         &message,
                         timeout,
                         &ready.launch,
                         bridge.as_ref(),
+                        Some(&installs),
                         &mut stats,
                     )
                     .await;
@@ -266,10 +362,11 @@ impl Engine {
                     &key,
                     request.reset_session,
                     memory_mb,
-                    &message,
+                    &mut message,
                     timeout,
                     timeout_s,
                     bridge.as_ref(),
+                    (&installs, requested),
                     &mut stats,
                 )
                 .await?
@@ -282,8 +379,25 @@ impl Engine {
             answer.tokens = Some(crate::tokens::account(&results, &answer));
         }
         answer.session_id = request.session_id;
+        answer.packages = stats
+            .installs
+            .lock()
+            .ok()
+            .and_then(|s| InstallStats::to_value(&s));
+        if let Some(module) = answer.missing_module.take() {
+            let advice = ready.packages.missing_module_note(&module);
+            answer.note = Some(match answer.note.take() {
+                Some(note) => format!("{note} {advice}"),
+                None => advice,
+            });
+        }
+        let mut warnings: Vec<String> = Vec::new();
         if let SandboxMode::Unsandboxed { reason } = &ready.mode {
-            answer.warning = Some(format!("this code ran WITHOUT a sandbox ({reason})"));
+            warnings.push(format!("this code ran WITHOUT a sandbox ({reason})"));
+        }
+        warnings.extend(base.warning());
+        if !warnings.is_empty() {
+            answer.warning = Some(warnings.join("; "));
         }
         Ok(answer)
     }
@@ -295,10 +409,11 @@ impl Engine {
         id: &str,
         reset: bool,
         memory_mb: u64,
-        message: &Value,
+        message: &mut Value,
         timeout: Duration,
         timeout_s: u64,
         bridge: Option<&Arc<dyn Bridge>>,
+        (installs, requested): (&Installs, Vec<cem_config::Requirement>),
         stats: &mut CallStats,
     ) -> Result<ExecAnswer, EngineError> {
         let session = {
@@ -338,8 +453,22 @@ impl Engine {
         let Some(interp) = session.interp.as_mut() else {
             return Err(EngineError::Start("the session has no interpreter".into()));
         };
+        if !requested.is_empty() {
+            let dirs = installs
+                .install(requested, interp.attach_dir.clone(), &stats.installs)
+                .await
+                .map_err(EngineError::Refused)?;
+            message["packages"] = json!(dirs.0);
+        }
         let outcome = interp
-            .exchange(message, timeout, &ready.launch, bridge, stats)
+            .exchange(
+                message,
+                timeout,
+                &ready.launch,
+                bridge,
+                Some(installs),
+                stats,
+            )
             .await;
         let mut answer = match outcome {
             Ok(msg) => {
@@ -373,7 +502,19 @@ impl Engine {
     }
 
     async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
-        Interp::start(&ready.launch, memory_mb, PROCESSES)
+        let (base, _) = self.base_env(ready).await;
+        let attach = match ready.packages.new_attach_dir(&next_interp_id().to_string()) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                tracing::warn!(error = %e, "no attach directory: this interpreter cannot take packages on demand");
+                None
+            }
+        };
+        let mounts = PackageMounts {
+            env: base.env().map(|e| e.site.clone()),
+            attach,
+        };
+        Interp::start(&ready.launch, memory_mb, PROCESSES, mounts)
             .await
             .map_err(EngineError::Start)
     }
@@ -447,6 +588,12 @@ impl Engine {
     }
 }
 
+fn next_interp_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Resolves the interpreter and decides how code can run here.
 fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     let cfg = &options.sandbox;
@@ -504,10 +651,16 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         disk_quota_bytes: cfg.disk_quota_mb << 20,
         extra_ro: options.extra_ro.clone(),
     };
+    let packages = Arc::new(Packages::new(cem_packages::Settings::from_config(
+        cfg,
+        &options.data_dir,
+        &launch.layout.version,
+    )));
     Ok(Ready {
         launch,
         mode,
         layers,
+        packages,
     })
 }
 

@@ -11,6 +11,7 @@
 mod answer;
 mod bridge;
 mod engine;
+mod install;
 mod process;
 mod runtime;
 mod tokens;

@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::bridge::{BoxFuture, Bridge};
+use crate::install::{ENV_TARGET, InstallStats, Installs, MORE_TARGET, parse_requirements};
 use crate::runtime::RUNTIME_TARGET;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -86,6 +87,8 @@ pub struct CallStats {
     pub max_calls: u64,
     /// The JSON of every successful result (for token accounting).
     pub results: Arc<Mutex<Vec<String>>>,
+    /// Time spent waiting on package installs, and what they brought.
+    pub installs: Arc<Mutex<InstallStats>>,
 }
 
 impl CallStats {
@@ -94,8 +97,21 @@ impl CallStats {
             calls: 0,
             max_calls,
             results: Arc::new(Mutex::new(Vec::new())),
+            installs: Arc::new(Mutex::new(InstallStats::default())),
         }
     }
+
+    fn install_wait(&self) -> Duration {
+        self.installs.lock().map(|s| s.waited).unwrap_or_default()
+    }
+}
+
+/// The packages an interpreter starts with: the declared environment's
+/// directory and its own attach directory (host paths).
+#[derive(Debug, Clone, Default)]
+pub struct PackageMounts {
+    pub env: Option<PathBuf>,
+    pub attach: Option<PathBuf>,
 }
 
 /// The runtime's stdout as JSON lines. Cancel-safe: a partial line stays
@@ -152,13 +168,21 @@ pub struct Interp {
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
+    /// Host directory where on-demand layers are linked for this
+    /// interpreter; removed with it.
+    pub attach_dir: Option<PathBuf>,
 }
 
 impl Interp {
     /// Starts an interpreter with `memory_mb` and waits for its ready line.
-    pub async fn start(launch: &Launch, memory_mb: u64, processes: u64) -> Result<Interp, String> {
+    pub async fn start(
+        launch: &Launch,
+        memory_mb: u64,
+        processes: u64,
+        packages: PackageMounts,
+    ) -> Result<Interp, String> {
         let runtime = format!("{RUNTIME_TARGET}/cem_runtime.py");
-        let env: Vec<(String, String)> = [
+        let mut env: Vec<(String, String)> = [
             ("PATH", "/usr/local/bin:/usr/bin:/bin"),
             ("HOME", "/tmp"),
             ("TMPDIR", "/tmp"),
@@ -169,6 +193,21 @@ impl Interp {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
+        // Inside the sandbox the package directories are bound at fixed
+        // places; without it they are where they are.
+        let inside = |host: &PathBuf, target: &str| {
+            if launch.unsandboxed {
+                host.display().to_string()
+            } else {
+                target.to_string()
+            }
+        };
+        if let Some(dir) = &packages.env {
+            env.push(("CEM_PACKAGES_ENV".into(), inside(dir, ENV_TARGET)));
+        }
+        if let Some(dir) = &packages.attach {
+            env.push(("CEM_PACKAGES_MORE".into(), inside(dir, MORE_TARGET)));
+        }
         let (mut cmd, cgroup) = if launch.unsandboxed {
             let mut cmd = std::process::Command::new(&launch.layout.executable);
             cmd.args(["-I", "-B"])
@@ -203,6 +242,14 @@ impl Interp {
                     binds.push(Bind {
                         source: source.clone(),
                         target: target.clone(),
+                    });
+                }
+            }
+            for (dir, target) in [(&packages.env, ENV_TARGET), (&packages.attach, MORE_TARGET)] {
+                if let Some(dir) = dir {
+                    binds.push(Bind {
+                        source: dir.clone(),
+                        target: target.into(),
                     });
                 }
             }
@@ -273,6 +320,7 @@ impl Interp {
             stderr: tail,
             cgroup,
             memory_mb,
+            attach_dir: packages.attach,
         };
         match tokio::time::timeout(READY_TIMEOUT, interp.read_message()).await {
             Ok(Ok(msg)) if msg["type"] == "ready" => Ok(interp),
@@ -301,12 +349,15 @@ impl Interp {
         timeout: Duration,
         launch: &Launch,
         bridge: Option<&Arc<dyn Bridge>>,
+        installs: Option<&Installs>,
         stats: &mut CallStats,
     ) -> Result<Value, Failure> {
         if let Ok(mut b) = self.watch.baseline.lock() {
             *b = cem_sandbox::free_disk(&launch.workspace);
         }
-        let outcome = self.exchange_inner(request, timeout, bridge, stats).await;
+        let outcome = self
+            .exchange_inner(request, timeout, bridge, installs, stats)
+            .await;
         match self.watch.tripped.lock().ok().and_then(|t| *t) {
             Some(used_mb) => Err(Failure::Disk { used_mb }),
             None => outcome,
@@ -318,6 +369,7 @@ impl Interp {
         request: &Value,
         timeout: Duration,
         bridge: Option<&Arc<dyn Bridge>>,
+        installs: Option<&Installs>,
         stats: &mut CallStats,
     ) -> Result<Value, Failure> {
         let started = tokio::time::Instant::now();
@@ -340,9 +392,10 @@ impl Interp {
             };
             match step {
                 Step::TimedOut => {
-                    // Waiting for a person's approval does not count.
+                    // Waiting for a person's approval, or for the host to
+                    // install packages, does not count.
                     let paused = bridge.map(|b| b.paused()).unwrap_or_default();
-                    let extended = started + timeout + paused;
+                    let extended = started + timeout + paused + stats.install_wait();
                     if extended > tokio::time::Instant::now() {
                         deadline = extended;
                         continue;
@@ -358,6 +411,9 @@ impl Interp {
                 }
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
+                    Some("install") => {
+                        calls.push(install(msg, installs, self.attach_dir.clone(), stats));
+                    }
                     Some(kind @ ("call" | "search" | "pii" | "skill" | "wrappers")) => {
                         let kind = kind.to_string();
                         calls.push(relay(&kind, msg, bridge, stats));
@@ -444,6 +500,9 @@ impl Interp {
         }
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
+        if let Some(dir) = self.attach_dir.take() {
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        }
     }
 
     async fn describe(&mut self, failure: Failure) -> String {
@@ -459,6 +518,16 @@ impl Interp {
             Failure::Timeout => "the interpreter timed out during start-up".into(),
             Failure::Protocol(p) => p,
             Failure::Disk { used_mb } => format!("used {used_mb} MB of disk during start-up"),
+        }
+    }
+}
+
+impl Drop for Interp {
+    fn drop(&mut self) {
+        // Dropped without kill() (kill_on_drop ends the process): the
+        // attach directory goes too, off this thread.
+        if let Some(dir) = self.attach_dir.take() {
+            std::thread::spawn(move || std::fs::remove_dir_all(dir));
         }
     }
 }
@@ -567,6 +636,51 @@ fn relay(
                 line
             }
             Err(e) => failed(&id, &e.server, &e.tool, e.message),
+        }
+    })
+}
+
+/// The answer line to one "install" message: the layer built (or found)
+/// and linked into this interpreter's attach directory.
+fn install(
+    msg: Value,
+    installs: Option<&Installs>,
+    attach: Option<PathBuf>,
+    stats: &CallStats,
+) -> BoxFuture<Vec<u8>> {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let texts: Vec<String> = msg
+        .pointer("/arguments/requirements")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let Some(installs) = installs.cloned() else {
+        return Box::pin(async move {
+            failed(
+                &id,
+                "",
+                "install",
+                "packages cannot be installed here".into(),
+            )
+        });
+    };
+    let record = stats.installs.clone();
+    Box::pin(async move {
+        let requested = match parse_requirements(&texts) {
+            Ok(r) => r,
+            Err(e) => return failed(&id, "", "install", e),
+        };
+        match installs.install(requested, attach, &record).await {
+            Ok((dirs, installed)) => answered(
+                &id,
+                &json!({"dirs": dirs, "installed": installed}).to_string(),
+            ),
+            Err(e) => failed(&id, "", "install", e),
         }
     })
 }

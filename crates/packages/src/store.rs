@@ -217,10 +217,11 @@ impl Packages {
     }
 
     /// Builds the declared environment if it is not built yet. A failure
-    /// leaves the previous environment in use and says why.
-    pub fn sync(&self, progress: &dyn Fn(&str)) -> EnvState {
+    /// leaves the previous environment in use and says why. The flag says
+    /// whether the installer ran.
+    pub fn sync(&self, progress: &dyn Fn(&str)) -> (EnvState, bool) {
         let Some(digest) = self.base_digest() else {
-            return EnvState::Empty;
+            return (EnvState::Empty, false);
         };
         let built = self.build(
             "envs",
@@ -231,15 +232,15 @@ impl Packages {
             progress,
         );
         match built {
-            Ok((env, _)) => {
+            Ok((env, found)) => {
                 if let Err(e) = write_atomic(&self.root.join("current"), digest.as_bytes()) {
                     tracing::warn!(error = %e, "could not record the current package environment");
                 }
-                EnvState::Ready(env)
+                (EnvState::Ready(env), !found)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "the declared packages could not be installed");
-                match self.previous() {
+                let state = match self.previous() {
                     Some(env) => EnvState::Stale {
                         env,
                         reason: e.to_string(),
@@ -247,7 +248,8 @@ impl Packages {
                     None => EnvState::Failed {
                         reason: e.to_string(),
                     },
-                }
+                };
+                (state, true)
             }
         }
     }

@@ -40,7 +40,8 @@ fn declared_environment_layers_and_refusals() {
     let store = Packages::new(settings(data.path(), &["six==1.16.0"]));
     assert!(matches!(store.status(), EnvState::Missing));
 
-    let state = store.sync(&|_| {});
+    let (state, installed) = store.sync(&|_| {});
+    assert!(installed);
     let EnvState::Ready(base) = &state else {
         panic!("the declared environment was not built: {state:?}");
     };
@@ -112,7 +113,7 @@ fn declared_environment_layers_and_refusals() {
         data.path(),
         &["six==1.16.0", "no-such-package-cem-7f3a"],
     ));
-    match broken.sync(&|_| {}) {
+    match broken.sync(&|_| {}).0 {
         EnvState::Stale { env, reason } => {
             assert_eq!(env.site, base.site);
             assert!(reason.contains("no-such-package-cem-7f3a"), "{reason}");

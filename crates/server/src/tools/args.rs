@@ -82,6 +82,27 @@ impl Args {
         }
     }
 
+    /// An optional array of strings (absent or null: empty).
+    pub fn opt_strings(&self, name: &str) -> Result<Vec<String>, ToolFailure> {
+        match self.0.get(name) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    other => Err(ToolFailure(format!(
+                        "argument '{name}' must be an array of strings, and one item is {}",
+                        describe(other)
+                    ))),
+                })
+                .collect(),
+            Some(other) => Err(ToolFailure(format!(
+                "argument '{name}' must be an array of strings, got {}",
+                kind(other)
+            ))),
+        }
+    }
+
     /// An optional string argument (absent or null: `None`).
     pub fn opt_string(&self, name: &str) -> Result<Option<String>, ToolFailure> {
         match self.0.get(name) {

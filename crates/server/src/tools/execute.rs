@@ -12,7 +12,7 @@ use crate::privacy::{self, Session};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
-    description: "Run Python 3 in an isolated sandbox (no network; cwd is the persistent workspace). Set `result` to return; print() goes to output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools save_skill load_skill list_skills (skills import as skills.<name>).",
+    description: "Run Python 3 in an isolated sandbox (no network; cwd is the persistent workspace). Set `result` to return; print() goes to output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools save_skill load_skill list_skills install (skills import as skills.<name>).",
     schema: || {
         json!({
             "type": "object",
@@ -22,7 +22,8 @@ pub const EXECUTE: ToolDef = ToolDef {
                 "timeout_seconds": {"type": "integer", "default": 30},
                 "memory_mb": {"type": "integer", "default": 500},
                 "session_id": {"type": "string", "description": "Keep variables across calls with the same id"},
-                "reset_session": {"type": "boolean", "description": "Start the session afresh"}
+                "reset_session": {"type": "boolean", "description": "Start the session afresh"},
+                "requirements": {"type": "array", "items": {"type": "string"}, "description": "Packages the host installs before the code runs, e.g. [\"pandas\"] (as the server's config allows)"}
             },
             "required": ["code"]
         })
@@ -37,6 +38,7 @@ const ARGS: &[&str] = &[
     "memory_mb",
     "session_id",
     "reset_session",
+    "requirements",
 ];
 
 pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> Answer {
@@ -146,6 +148,7 @@ fn request(args: &Args) -> Result<ExecRequest, ToolFailure> {
         memory_mb: args.opt_u64("memory_mb")?,
         session_id: args.opt_string("session_id")?,
         reset_session: args.opt_bool("reset_session")?.unwrap_or(false),
+        requirements: args.opt_strings("requirements")?,
         ..Default::default()
     })
 }
