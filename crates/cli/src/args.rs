@@ -66,6 +66,9 @@ pub enum Command {
     /// Saved skills from the shell.
     #[command(subcommand)]
     Skills(SkillsCommand),
+    /// Python packages for the sandbox (sandbox.packages): what is installed, build it, why a package is there.
+    #[command(subcommand)]
+    Packages(PackagesCommand),
     /// Pinned tool digests: review what changed since a server was trusted, accept it.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -153,6 +156,23 @@ pub enum SkillsCommand {
     /// Read skills from DIR/.claude/skills/*/ (or DIR/*/, or DIR itself):
     /// each a SKILL.md and its Python code, checked before it is saved.
     Import { dir: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PackagesCommand {
+    /// The declared packages, the environment built for them, what agents
+    /// may add on demand, and the layers built so far.
+    List {
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Build the environment for sandbox.packages now (the server would
+    /// build it on start). Exits 1 when it cannot.
+    Sync,
+    /// Why NAME is installed: the declared requirement (or on-demand
+    /// layer) that pulls it in, and through what.
+    Why { name: String },
 }
 
 #[derive(Debug, Subcommand)]

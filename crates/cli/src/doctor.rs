@@ -81,6 +81,9 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     if let Some(config) = &config {
         checks.push(policy_check(cli, config));
         checks.push(search_check(config));
+        if let Ok(dir) = setup::data_dir(cli) {
+            checks.push(packages_check(config, &dir));
+        }
         checks.extend(upstream_checks(cli, config));
     }
     let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
@@ -269,6 +272,74 @@ fn search_check(config: &cem_config::Config) -> Check {
         name: "search",
         status,
         detail: format!("tools are ranked {}", ranking.describe()),
+    }
+}
+
+/// The package environment: interpreter, packages, size, state, installer.
+fn packages_check(config: &cem_config::Config, data_dir: &Path) -> Check {
+    use cem_packages::{EnvState, Packages, Settings};
+    let sandbox = &config.sandbox;
+    let Ok(layout) = cem_sandbox::resolve_interpreter(&sandbox.python, false) else {
+        return Check {
+            name: "packages",
+            status: Status::Warn,
+            detail: "unknown: the interpreter cannot describe itself (see the python check)".into(),
+        };
+    };
+    let store = Packages::new(Settings::from_config(sandbox, data_dir, &layout.version));
+    let wants_installer = !sandbox.packages.is_empty()
+        || sandbox.on_demand == cem_config::OnDemand::Any
+        || (sandbox.on_demand == cem_config::OnDemand::Allowlist
+            && !sandbox.allowed_packages.is_empty());
+    let installer = match store.installer() {
+        Ok(i) => format!(
+            "installer {}",
+            i.version().unwrap_or_else(|| i.path.display().to_string())
+        ),
+        Err(e) if wants_installer => {
+            return Check {
+                name: "packages",
+                status: Status::Fail,
+                detail: e.to_string(),
+            };
+        }
+        Err(_) => "no installer (none needed)".into(),
+    };
+    let on_demand = match sandbox.on_demand {
+        cem_config::OnDemand::Allowlist if sandbox.allowed_packages.is_empty() => {
+            "on demand: off".to_string()
+        }
+        cem_config::OnDemand::Allowlist => {
+            format!("on demand: {}", sandbox.allowed_packages.join(", "))
+        }
+        other => format!("on demand: {}", other.as_str()),
+    };
+    let state = store.status();
+    let (status, what) = match &state {
+        EnvState::Empty => (Status::Ok, "none declared".to_string()),
+        EnvState::Ready(env) => (
+            Status::Ok,
+            format!(
+                "{} packages for {} ({}), {:.1} MB, ready",
+                env.manifest.dists.len(),
+                layout.version,
+                sandbox.packages.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", "),
+                env.manifest.size_bytes as f64 / 1_048_576.0
+            ),
+        ),
+        EnvState::Missing => (
+            Status::Warn,
+            "declared but not built yet: the server builds it on start, or run `code-execution-mcp packages sync`".into(),
+        ),
+        other => (
+            Status::Warn,
+            other.warning().unwrap_or_else(|| other.label().to_string()),
+        ),
+    };
+    Check {
+        name: "packages",
+        status,
+        detail: format!("{what}; {on_demand}; {installer}"),
     }
 }
 

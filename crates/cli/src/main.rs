@@ -7,6 +7,7 @@ mod doctor;
 mod exec;
 mod json_lines;
 mod logging;
+mod packages;
 mod pii;
 mod policy;
 mod run;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         Command::Tools(cmd) => tools::run(&cli, cmd),
         Command::Pii(cmd) => pii::run(cmd),
         Command::Skills(cmd) => skills::run(&cli, cmd),
+        Command::Packages(cmd) => packages::run(&cli, cmd),
         Command::Policy(cmd) => policy::run(&cli, cmd),
         Command::Audit(args) => audit::run(&cli, args),
         // The embedded o200k tokenizer from the shell, so benchmarks and
