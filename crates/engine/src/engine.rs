@@ -322,8 +322,19 @@ impl Engine {
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
         let mut stats = CallStats::new(cfg.max_tool_calls);
-        if let Ok(mut s) = stats.installs.lock() {
+        if let Ok(mut s) = stats.installs.lock()
+            && !base_wait.is_zero()
+        {
+            // This call waited for the declared environment to be built.
             s.waited = base_wait;
+            if let Some(env) = base.env() {
+                s.installed = env
+                    .manifest
+                    .dists
+                    .iter()
+                    .map(|d| format!("{}=={}", d.name, d.version))
+                    .collect();
+            }
         }
         let mut answer = match &request.session_id {
             None => {

@@ -98,7 +98,27 @@ impl Installer {
     }
 
     /// Runs the job; `progress` gets each line uv prints about its work.
+    ///
+    /// TLS trusts the host's certificate store first: a server is often
+    /// started with a trimmed environment (no SSL_CERT_FILE), and a host
+    /// behind an inspecting proxy has its CA there, as pip's does. A host
+    /// whose store is empty or broken gets a second try with uv's own roots.
     pub fn install(&self, job: &Job<'_>, progress: &dyn Fn(&str)) -> Result<(), PackagesError> {
+        match self.install_once(job, progress, true) {
+            Err(PackagesError::Install { detail, .. }) if detail.contains("certificate") => {
+                tracing::info!("the host's certificate store failed; trying uv's bundled roots");
+                self.install_once(job, progress, false)
+            }
+            other => other,
+        }
+    }
+
+    fn install_once(
+        &self,
+        job: &Job<'_>,
+        progress: &dyn Fn(&str),
+        system_certs: bool,
+    ) -> Result<(), PackagesError> {
         let names = job
             .requirements
             .iter()
@@ -118,6 +138,9 @@ impl Installer {
         }
         if job.offline {
             cmd.arg("--offline");
+        }
+        if system_certs {
+            cmd.arg("--system-certs");
         }
         if let Some(c) = job.constraints {
             cmd.arg("--constraint").arg(c);
