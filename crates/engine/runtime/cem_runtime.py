@@ -328,11 +328,11 @@ def _host(kind, arguments, name):
 
 # --- packages ----------------------------------------------------------------------
 # The host installs; the sandbox only reads. The declared environment is on
-# sys.path from the start; layers asked for on demand appear in the attach
-# directory (bound read-only) and go in front of it.
+# sys.path from the start; a layer asked for on demand is a directory of the
+# layer store (bound read-only) that goes in front of it once the host names it.
 
 _PACKAGES_ENV = os.environ.get("CEM_PACKAGES_ENV")
-_PACKAGES_MORE = os.environ.get("CEM_PACKAGES_MORE")
+_PACKAGES_LAYERS = os.environ.get("CEM_PACKAGES_LAYERS")
 if _PACKAGES_ENV and os.path.isdir(_PACKAGES_ENV):
     sys.path.insert(0, _PACKAGES_ENV)
 
@@ -344,8 +344,8 @@ class InstallError(ImportError):
 def _add_packages(names):
     added = False
     for name in names or ():
-        path = os.path.join(_PACKAGES_MORE or "", str(name))
-        if _PACKAGES_MORE and "/" not in str(name) and os.path.isdir(path) and path not in sys.path:
+        path = os.path.join(_PACKAGES_LAYERS or "", str(name), "site")
+        if _PACKAGES_LAYERS and "/" not in str(name) and os.path.isdir(path) and path not in sys.path:
             sys.path.insert(0, path)
             added = True
     if added:

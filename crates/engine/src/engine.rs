@@ -165,15 +165,12 @@ impl Engine {
             .base
             .get_or_init(|| async {
                 let packages = ready.packages.clone();
-                let synced = tokio::task::spawn_blocking(move || {
-                    packages.sweep_attach_dirs();
-                    packages.sync(&|_| {})
-                })
-                .await
-                .unwrap_or_else(|e| {
-                    let reason = format!("the install task failed: {e}");
-                    (EnvState::Failed { reason }, false)
-                });
+                let synced = tokio::task::spawn_blocking(move || packages.sync(&|_| {}))
+                    .await
+                    .unwrap_or_else(|e| {
+                        let reason = format!("the install task failed: {e}");
+                        (EnvState::Failed { reason }, false)
+                    });
                 if let Some(warning) = synced.0.warning() {
                     tracing::warn!("{warning}");
                 }
@@ -341,7 +338,7 @@ impl Engine {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
                 if !requested.is_empty() {
                     let dirs = installs
-                        .install(requested, interp.attach_dir.clone(), &stats.installs)
+                        .install(requested, &stats.installs)
                         .await
                         .map_err(EngineError::Refused)?;
                     message["packages"] = json!(dirs.0);
@@ -466,7 +463,7 @@ impl Engine {
         };
         if !requested.is_empty() {
             let dirs = installs
-                .install(requested, interp.attach_dir.clone(), &stats.installs)
+                .install(requested, &stats.installs)
                 .await
                 .map_err(EngineError::Refused)?;
             message["packages"] = json!(dirs.0);
@@ -514,16 +511,16 @@ impl Engine {
 
     async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
         let (base, _) = self.base_env(ready).await;
-        let attach = match ready.packages.new_attach_dir(&next_interp_id().to_string()) {
+        let layers = match ready.packages.layers_dir() {
             Ok(dir) => Some(dir),
             Err(e) => {
-                tracing::warn!(error = %e, "no attach directory: this interpreter cannot take packages on demand");
+                tracing::warn!(error = %e, "no layer directory: this interpreter cannot take packages on demand");
                 None
             }
         };
         let mounts = PackageMounts {
             env: base.env().map(|e| e.site.clone()),
-            attach,
+            layers,
         };
         Interp::start(&ready.launch, memory_mb, PROCESSES, mounts)
             .await
@@ -597,12 +594,6 @@ impl Engine {
             }
         }
     }
-}
-
-fn next_interp_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    N.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Resolves the interpreter and decides how code can run here.

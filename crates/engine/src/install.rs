@@ -1,8 +1,8 @@
 //! Packages on demand for one execution: `requirements` of execute_code and
-//! `install()` from code. The host installs (cem-packages), the interpreter
-//! gets the layer hard-linked into its attach directory.
+//! `install()` from code. The host installs (cem-packages); the interpreter,
+//! which mounts the layer directory read-only, is told which layer to put
+//! on sys.path.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,10 +10,10 @@ use cem_config::Requirement;
 use cem_packages::{Env, Packages};
 use serde_json::{Value, json};
 
-/// Where the declared environment and the attach directory appear inside
+/// Where the declared environment and the layer directory appear inside
 /// the sandbox.
 pub const ENV_TARGET: &str = "/opt/packages/env";
-pub const MORE_TARGET: &str = "/opt/packages/more";
+pub const LAYERS_TARGET: &str = "/opt/packages/layers";
 
 /// The package store and the declared environment in force.
 #[derive(Clone)]
@@ -61,13 +61,11 @@ pub fn parse_requirements(texts: &[String]) -> Result<Vec<Requirement>, String> 
 }
 
 impl Installs {
-    /// Builds (or finds) the layer for `requested` and links it into
-    /// `attach`; returns the names of the directories to put on sys.path
-    /// and the "name==version"s they hold.
+    /// Builds (or finds) the layer for `requested`; returns the names of
+    /// the layers to put on sys.path and the "name==version"s they hold.
     pub async fn install(
         &self,
         requested: Vec<Requirement>,
-        attach: Option<PathBuf>,
         stats: &Arc<Mutex<InstallStats>>,
     ) -> Result<(Vec<String>, Vec<String>), String> {
         let this = self.clone();
@@ -77,17 +75,10 @@ impl Installs {
                 .packages
                 .layer(this.base.as_deref(), &requested, &|_| {})
                 .map_err(|e| e.to_string())?;
-            let Some(layer) = layer else {
-                return Ok((Vec::new(), None));
-            };
-            let Some(attach) = attach else {
-                return Err("this interpreter cannot take packages (its attach directory could not be made; see the server log)".to_string());
-            };
-            let name = this
-                .packages
-                .attach(&layer.env, &attach)
-                .map_err(|e| e.to_string())?;
-            Ok((vec![name], Some(layer)))
+            Ok(match layer {
+                Some(layer) => (vec![layer.env.digest.clone()], Some(layer)),
+                None => (Vec::new(), None),
+            })
         })
         .await
         .unwrap_or_else(|e| Err(format!("the install task failed: {e}")));

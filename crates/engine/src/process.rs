@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::bridge::{BoxFuture, Bridge};
-use crate::install::{ENV_TARGET, InstallStats, Installs, MORE_TARGET, parse_requirements};
+use crate::install::{ENV_TARGET, InstallStats, Installs, LAYERS_TARGET, parse_requirements};
 use crate::runtime::RUNTIME_TARGET;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -106,12 +106,12 @@ impl CallStats {
     }
 }
 
-/// The packages an interpreter starts with: the declared environment's
-/// directory and its own attach directory (host paths).
+/// The package directories an interpreter mounts (host paths): the
+/// declared environment and the directory of on-demand layers.
 #[derive(Debug, Clone, Default)]
 pub struct PackageMounts {
     pub env: Option<PathBuf>,
-    pub attach: Option<PathBuf>,
+    pub layers: Option<PathBuf>,
 }
 
 /// The runtime's stdout as JSON lines. Cancel-safe: a partial line stays
@@ -168,9 +168,6 @@ pub struct Interp {
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
-    /// Host directory where on-demand layers are linked for this
-    /// interpreter; removed with it.
-    pub attach_dir: Option<PathBuf>,
 }
 
 impl Interp {
@@ -205,8 +202,8 @@ impl Interp {
         if let Some(dir) = &packages.env {
             env.push(("CEM_PACKAGES_ENV".into(), inside(dir, ENV_TARGET)));
         }
-        if let Some(dir) = &packages.attach {
-            env.push(("CEM_PACKAGES_MORE".into(), inside(dir, MORE_TARGET)));
+        if let Some(dir) = &packages.layers {
+            env.push(("CEM_PACKAGES_LAYERS".into(), inside(dir, LAYERS_TARGET)));
         }
         let (mut cmd, cgroup) = if launch.unsandboxed {
             let mut cmd = std::process::Command::new(&launch.layout.executable);
@@ -245,7 +242,10 @@ impl Interp {
                     });
                 }
             }
-            for (dir, target) in [(&packages.env, ENV_TARGET), (&packages.attach, MORE_TARGET)] {
+            for (dir, target) in [
+                (&packages.env, ENV_TARGET),
+                (&packages.layers, LAYERS_TARGET),
+            ] {
                 if let Some(dir) = dir {
                     binds.push(Bind {
                         source: dir.clone(),
@@ -320,7 +320,6 @@ impl Interp {
             stderr: tail,
             cgroup,
             memory_mb,
-            attach_dir: packages.attach,
         };
         match tokio::time::timeout(READY_TIMEOUT, interp.read_message()).await {
             Ok(Ok(msg)) if msg["type"] == "ready" => Ok(interp),
@@ -412,7 +411,7 @@ impl Interp {
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
                     Some("install") => {
-                        calls.push(install(msg, installs, self.attach_dir.clone(), stats));
+                        calls.push(install(msg, installs, stats));
                     }
                     Some(kind @ ("call" | "search" | "pii" | "skill" | "wrappers")) => {
                         let kind = kind.to_string();
@@ -500,9 +499,6 @@ impl Interp {
         }
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
-        if let Some(dir) = self.attach_dir.take() {
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-        }
     }
 
     async fn describe(&mut self, failure: Failure) -> String {
@@ -518,16 +514,6 @@ impl Interp {
             Failure::Timeout => "the interpreter timed out during start-up".into(),
             Failure::Protocol(p) => p,
             Failure::Disk { used_mb } => format!("used {used_mb} MB of disk during start-up"),
-        }
-    }
-}
-
-impl Drop for Interp {
-    fn drop(&mut self) {
-        // Dropped without kill() (kill_on_drop ends the process): the
-        // attach directory goes too, off this thread.
-        if let Some(dir) = self.attach_dir.take() {
-            std::thread::spawn(move || std::fs::remove_dir_all(dir));
         }
     }
 }
@@ -641,13 +627,8 @@ fn relay(
 }
 
 /// The answer line to one "install" message: the layer built (or found)
-/// and linked into this interpreter's attach directory.
-fn install(
-    msg: Value,
-    installs: Option<&Installs>,
-    attach: Option<PathBuf>,
-    stats: &CallStats,
-) -> BoxFuture<Vec<u8>> {
+/// for the runtime to put on sys.path.
+fn install(msg: Value, installs: Option<&Installs>, stats: &CallStats) -> BoxFuture<Vec<u8>> {
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let texts: Vec<String> = msg
         .pointer("/arguments/requirements")
@@ -675,7 +656,7 @@ fn install(
             Ok(r) => r,
             Err(e) => return failed(&id, "", "install", e),
         };
-        match installs.install(requested, attach, &record).await {
+        match installs.install(requested, &record).await {
             Ok((dirs, installed)) => answered(
                 &id,
                 &json!({"dirs": dirs, "installed": installed}).to_string(),

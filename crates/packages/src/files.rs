@@ -1,32 +1,10 @@
-//! File-tree chores: hard-linked copies, permissions the sandbox's uid can
-//! read, sizes.
+//! File-tree chores: permissions the sandbox's uid can read, sizes,
+//! atomic writes.
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-
-/// Copies the tree `from` to `to` (which must not exist) with hard links:
-/// fast, and no extra space. Falls back to copying a file when it cannot be
-/// linked (another file system, a host that forbids it).
-pub fn link_tree(from: &Path, to: &Path) -> io::Result<()> {
-    fs::create_dir(to)?;
-    fs::set_permissions(to, fs::Permissions::from_mode(0o755))?;
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let source = entry.path();
-        let target = to.join(entry.file_name());
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            link_tree(&source, &target)?;
-        } else if kind.is_symlink() {
-            symlink(fs::read_link(&source)?, &target)?;
-        } else if fs::hard_link(&source, &target).is_err() {
-            fs::copy(&source, &target)?;
-        }
-    }
-    Ok(())
-}
 
 /// Makes every file readable and every directory traversable by anyone:
 /// the sandbox may run as another uid. Nothing becomes writable.
@@ -90,22 +68,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_linked_tree_shares_files_and_keeps_symlinks() {
+    fn tree_size_counts_hard_links_once_and_skips_symlinks() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let from = dir.path().join("from");
-        fs::create_dir_all(from.join("pkg/sub")).unwrap_or_else(|e| panic!("{e}"));
-        fs::write(from.join("pkg/sub/a.py"), "x = 1\n").unwrap_or_else(|e| panic!("{e}"));
-        symlink("sub/a.py", from.join("pkg/link.py")).unwrap_or_else(|e| panic!("{e}"));
-        let to = dir.path().join("to");
-        link_tree(&from, &to).unwrap_or_else(|e| panic!("{e}"));
-        let a = fs::metadata(from.join("pkg/sub/a.py")).unwrap_or_else(|e| panic!("{e}"));
-        let b = fs::metadata(to.join("pkg/sub/a.py")).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(a.ino(), b.ino(), "hard-linked, not copied");
-        assert_eq!(
-            fs::read_to_string(to.join("pkg/link.py")).unwrap_or_default(),
-            "x = 1\n"
-        );
-        assert_eq!(tree_size(&from), 6);
+        fs::create_dir_all(dir.path().join("pkg/sub")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(dir.path().join("pkg/sub/a.py"), "x = 1\n").unwrap_or_else(|e| panic!("{e}"));
+        fs::hard_link(dir.path().join("pkg/sub/a.py"), dir.path().join("pkg/b.py"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("sub/a.py", dir.path().join("pkg/link.py"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(tree_size(dir.path()), 6);
     }
 
     #[test]

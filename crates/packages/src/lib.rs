@@ -11,9 +11,10 @@
 //!   `<data>/packages/layers/<digest>` with the declared versions pinned,
 //!   so a second session asking for the same set reuses it without any
 //!   install, and uv's shared cache makes other sets fast too;
-//! - a running sandbox sees a layer when the host hard-links it into that
-//!   interpreter's **attach directory**, which is bound read-only into it
-//!   from the start ([`Packages::attach`]).
+//! - every sandbox mounts the layer directory read-only
+//!   ([`Packages::layers_dir`]) and puts on `sys.path` only the layers the
+//!   host names to it; attaching a layer to a running interpreter costs
+//!   nothing, however big the layer.
 //!
 //! Wheels only unless `sandbox.allow_source_builds`: building a source
 //! distribution runs its code on the host.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cem_config::{OnDemand, Requirement, SandboxConfig};
 use sha2::{Digest, Sha256};
 
-use crate::files::{link_tree, make_readable, tree_size, write_atomic};
+use crate::files::{make_readable, tree_size, write_atomic};
 use crate::installer::{Job, find_installer};
 use crate::manifest::{Manifest, scan};
 use crate::{Installer, PackagesError};
@@ -443,51 +443,17 @@ impl Packages {
         Ok((Arc::new(env), false))
     }
 
-    /// A new, empty attach directory for one interpreter.
-    pub fn new_attach_dir(&self, id: &str) -> Result<PathBuf, PackagesError> {
-        let dir = self
-            .root
-            .join("attach")
-            .join(format!("{}-{id}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+    /// The directory holding every layer (made if missing): sandboxes
+    /// mount it read-only and put the layers they were given on sys.path.
+    /// Searchable but not listable by other uids, so a sandbox running as
+    /// its own uid cannot enumerate what others installed.
+    pub fn layers_dir(&self) -> Result<PathBuf, PackagesError> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = self.root.join("layers");
         fs::create_dir_all(&dir).map_err(PackagesError::io("cannot create", &dir))?;
-        make_readable(&dir).map_err(PackagesError::io("cannot set permissions in", &dir))?;
-        if let Some(parent) = dir.parent() {
-            let _ = make_readable_shallow(parent);
-        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))
+            .map_err(PackagesError::io("cannot set permissions of", &dir))?;
         Ok(dir)
-    }
-
-    /// Puts `layer` into `attach_dir` (hard links); returns the name of the
-    /// directory that holds it there.
-    pub fn attach(&self, layer: &Env, attach_dir: &Path) -> Result<String, PackagesError> {
-        let name = layer.digest.clone();
-        let target = attach_dir.join(&name);
-        if target.is_dir() {
-            return Ok(name);
-        }
-        let tmp = attach_dir.join(format!(".{name}.tmp"));
-        let _ = fs::remove_dir_all(&tmp);
-        link_tree(&layer.site, &tmp)
-            .map_err(PackagesError::io("cannot link packages into", &tmp))?;
-        fs::rename(&tmp, &target).map_err(PackagesError::io("cannot attach", &target))?;
-        Ok(name)
-    }
-
-    /// Removes attach directories left by processes that are gone.
-    pub fn sweep_attach_dirs(&self) {
-        let Ok(entries) = fs::read_dir(self.root.join("attach")) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            let pid = name.split('-').next().unwrap_or_default();
-            let alive =
-                pid == std::process::id().to_string() || Path::new("/proc").join(pid).exists();
-            if !alive {
-                let _ = fs::remove_dir_all(entry.path());
-            }
-        }
     }
 
     /// Every layer built so far.
@@ -535,13 +501,6 @@ impl Packages {
             ),
         }
     }
-}
-
-/// Sets read and search bits on one directory (not its contents).
-fn make_readable_shallow(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = fs::metadata(dir)?.permissions().mode();
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o555))
 }
 
 fn load(dir: &Path, digest: &str) -> Option<Env> {

@@ -84,12 +84,14 @@ fn declared_environment_layers_and_refusals() {
             .is_none()
     );
 
-    // Attached into an interpreter's directory with hard links.
-    let attach = store.new_attach_dir("t1").unwrap_or_else(|e| panic!("{e}"));
-    let name = store
-        .attach(&layer.env, &attach)
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(attach.join(&name).join("ecdsa/__init__.py").is_file());
+    // Sandboxes mount the layer directory; the layer is a directory of it.
+    let layers = store.layers_dir().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        layers
+            .join(&layer.env.digest)
+            .join("site/ecdsa/__init__.py")
+            .is_file()
+    );
 
     // Outside the allowlist: refused before anything runs.
     let refused = store.layer(Some(base), &reqs(&["requests"]), &|_| {});
