@@ -53,7 +53,8 @@ async def run(client: Client, code: str, **extra) -> dict:
     return body
 
 
-DECLARED = {"packages": ["numpy", "pandas"], "on_demand": "allowlist", "allowed_packages": ["openpyxl"]}
+# openpyxl is pure Python, msgpack a compiled extension: on-demand layers carry both kinds.
+DECLARED = {"packages": ["numpy", "pandas"], "on_demand": "allowlist", "allowed_packages": ["openpyxl", "msgpack"]}
 
 GROUPBY = """
 import pandas as pd, numpy as np
@@ -130,12 +131,13 @@ def net():
 """
     first_code = probe + """
 before = net()
-installed = install("openpyxl")
+installed = install("openpyxl", "msgpack")
 after = net()
-import openpyxl, pandas as pd
+import openpyxl, msgpack, msgpack._cmsgpack, pandas as pd
 pd.DataFrame({"a": [1, 2]}).to_excel("out.xlsx", index=False)
 result = {"before": before, "after": after, "installed": installed,
-          "read_back": pd.read_excel("out.xlsx")["a"].tolist()}
+          "read_back": pd.read_excel("out.xlsx")["a"].tolist(),
+          "packed": list(msgpack.unpackb(msgpack.packb([1, "x"]))), "compiled": msgpack._cmsgpack.__file__}
 """
     async with Client(params(pkg_data, cfg)) as client:
         first = await run(client, first_code)
@@ -144,6 +146,7 @@ result = {"before": before, "after": after, "installed": installed,
     assert r["before"] != "open" and r["after"] != "open", r
     assert any(p.startswith("openpyxl==") for p in r["installed"]), r
     assert r["read_back"] == [1, 2]
+    assert r["packed"] == [1, "x"] and r["compiled"].endswith(".so"), r
     assert first["packages"]["from_cache"] is False
     assert first["packages"]["waited_ms"] > 0
     assert any(p.startswith("openpyxl==") for p in first["packages"]["installed"])
@@ -151,11 +154,12 @@ result = {"before": before, "after": after, "installed": installed,
     # Another client, another session: the same request is served from the
     # layer already built (no installer runs), through execute_code's argument.
     async with Client(params(pkg_data, cfg)) as client:
-        second = await run(client, "import openpyxl\nresult = openpyxl.__version__", requirements=["openpyxl"])
+        second = await run(client, "import openpyxl, msgpack\nresult = openpyxl.__version__",
+                           requirements=["msgpack", "openpyxl"])
         assert second["success"], second
         assert second["packages"]["from_cache"] is True, second["packages"]
         # A session keeps what it installed across calls.
-        sess = await run(client, probe + "install('openpyxl')\nresult = net()", session_id="s1")
+        sess = await run(client, probe + "install(['openpyxl', 'msgpack'])\nresult = net()", session_id="s1")
         assert sess["success"] and sess["result"] != "open", sess
         again = await run(client, "import openpyxl\nresult = 'ok'", session_id="s1")
         assert again["result"] == "ok", again
@@ -209,7 +213,7 @@ def test_packages_cli_lists_explains_and_syncs(pkg_data: Path, tmp_path: Path):
     info = json.loads(listed.stdout)
     names = {p["name"] for p in info["environment"]["packages"]}
     assert {"numpy", "pandas"} <= names, names
-    assert info["state"] == "ready" and info["allowed_packages"] == ["openpyxl"]
+    assert info["state"] == "ready" and info["allowed_packages"] == ["openpyxl", "msgpack"]
     why = run_cli(*base, "packages", "why", "NumPy")
     assert why.returncode == 0, why.stderr
     assert "pandas -> numpy" in why.stdout and "(declared numpy, pandas)" in why.stdout, why.stdout
