@@ -40,9 +40,9 @@ def summary(ms: list[float]) -> dict:
 
 
 class StdioServer:
-    def __init__(self, data_dir: Path, pool_size: int):
+    def __init__(self, data_dir: Path, pool_size: int, sandbox: dict | None = None):
         config = data_dir / "cfg.json"
-        config.write_text(json.dumps({"sandbox": {"pool_size": pool_size}}))
+        config.write_text(json.dumps({"sandbox": {"pool_size": pool_size, **(sandbox or {})}}))
         self.proc = subprocess.Popen(
             [str(BIN), "--config", str(config), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,

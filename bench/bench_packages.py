@@ -21,12 +21,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_execute import BIN, machine, pct, summary
+from bench_execute import StdioServer, machine, pct, summary
 
 REPO = Path(__file__).resolve().parents[1]
 UV = os.environ.get("CEM_UV", str(REPO / ".test-env" / "sdk2" / "bin" / "uv"))
@@ -35,39 +34,15 @@ ROUNDS = int(os.environ.get("CEM_BENCH_ROUNDS", "200"))
 PAUSE = float(os.environ.get("CEM_BENCH_PAUSE", "0.15"))
 
 
-class Server:
+class Server(StdioServer):
     def __init__(self, data_dir: Path, sandbox: dict):
-        config = data_dir / "cfg.json"
-        config.write_text(json.dumps({"sandbox": {"installer": UV, **sandbox}}))
-        self.proc = subprocess.Popen(
-            [str(BIN), "--config", str(config), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )
-        self.next_id = 0
-        self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                    "clientInfo": {"name": "bench", "version": "1"}})
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
-        self.proc.stdin.flush()
-
-    def request(self, method: str, params: dict) -> dict:
-        self.next_id += 1
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}) + "\n")
-        self.proc.stdin.flush()
-        while True:
-            msg = json.loads(self.proc.stdout.readline())
-            if msg.get("id") == self.next_id:
-                return msg
+        sandbox = {"installer": UV, **sandbox}
+        super().__init__(data_dir, sandbox.pop("pool_size", 2), sandbox)
 
     def execute(self, code: str, **extra) -> dict:
-        msg = self.request("tools/call", {"name": "execute_code",
-                                          "arguments": {"code": code, "timeout_seconds": 300, **extra}})
-        body = msg["result"]["structuredContent"]
+        body = super().execute(code, timeout_seconds=300, **extra)
         assert body["success"], body
         return body
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
 
 
 ON_DEMAND = {"on_demand": "allowlist", "allowed_packages": ["pandas"], "pool_size": 1}

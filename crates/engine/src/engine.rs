@@ -333,16 +333,18 @@ impl Engine {
                     .collect();
             }
         }
+        // Layers do not depend on the interpreter: built (or found) before
+        // one is taken, named to the runtime in the request.
+        if !requested.is_empty() {
+            let (layers, _) = installs
+                .install(requested, &stats.installs)
+                .await
+                .map_err(EngineError::Refused)?;
+            message["packages"] = json!(layers);
+        }
         let mut answer = match &request.session_id {
             None => {
                 let mut interp = self.take_interp(ready, memory_mb).await?;
-                if !requested.is_empty() {
-                    let dirs = installs
-                        .install(requested, &stats.installs)
-                        .await
-                        .map_err(EngineError::Refused)?;
-                    message["packages"] = json!(dirs.0);
-                }
                 let outcome = interp
                     .exchange(
                         &message,
@@ -370,11 +372,11 @@ impl Engine {
                     &key,
                     request.reset_session,
                     memory_mb,
-                    &mut message,
+                    &message,
                     timeout,
                     timeout_s,
                     bridge.as_ref(),
-                    (&installs, requested),
+                    &installs,
                     &mut stats,
                 )
                 .await?
@@ -417,11 +419,11 @@ impl Engine {
         id: &str,
         reset: bool,
         memory_mb: u64,
-        message: &mut Value,
+        message: &Value,
         timeout: Duration,
         timeout_s: u64,
         bridge: Option<&Arc<dyn Bridge>>,
-        (installs, requested): (&Installs, Vec<cem_config::Requirement>),
+        installs: &Installs,
         stats: &mut CallStats,
     ) -> Result<ExecAnswer, EngineError> {
         let session = {
@@ -461,13 +463,6 @@ impl Engine {
         let Some(interp) = session.interp.as_mut() else {
             return Err(EngineError::Start("the session has no interpreter".into()));
         };
-        if !requested.is_empty() {
-            let dirs = installs
-                .install(requested, &stats.installs)
-                .await
-                .map_err(EngineError::Refused)?;
-            message["packages"] = json!(dirs.0);
-        }
         let outcome = interp
             .exchange(
                 message,
