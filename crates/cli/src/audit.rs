@@ -11,12 +11,9 @@ use crate::args::{AuditArgs, Cli};
 use crate::setup;
 
 pub fn run(cli: &Cli, args: &AuditArgs) -> anyhow::Result<ExitCode> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let path = match loaded.config.audit.path {
         Some(path) => path,

@@ -12,12 +12,9 @@ use crate::args::{Cli, ExecArgs};
 use crate::setup;
 
 pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let code = if args.code == "-" {
         let mut code = String::new();

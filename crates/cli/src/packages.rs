@@ -10,12 +10,9 @@ use crate::args::{Cli, PackagesCommand};
 use crate::setup;
 
 pub fn run(cli: &Cli, cmd: &PackagesCommand) -> anyhow::Result<ExitCode> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let data_dir = setup::data_dir(cli)?;
     let sandbox = &loaded.config.sandbox;

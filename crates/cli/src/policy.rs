@@ -13,12 +13,9 @@ use crate::args::{Cli, PolicyCommand};
 use crate::setup;
 
 pub fn run(cli: &Cli, cmd: &PolicyCommand) -> anyhow::Result<ExitCode> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let data_dir = setup::data_dir(cli)?;
     let mut config = loaded.config;

@@ -16,12 +16,9 @@ use crate::setup;
 const SCRIPT_OUTPUT: u64 = 64 << 20;
 
 pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(code) => return Ok(code),
     };
     let code = std::fs::read_to_string(&args.script)
         .with_context(|| format!("cannot read the script {}", args.script.display()))?;

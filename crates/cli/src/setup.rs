@@ -39,6 +39,15 @@ pub fn load_config(cli: &Cli) -> Result<Loaded, ConfigError> {
     })
 }
 
+/// The config for a command: on an error, printed, and the exit status
+/// (2, as the README promises) the command returns.
+pub fn config_or_exit(cli: &Cli) -> Result<Loaded, std::process::ExitCode> {
+    load_config(cli).map_err(|e| {
+        eprintln!("error: {e}");
+        std::process::ExitCode::from(2)
+    })
+}
+
 /// The data directory: --data-dir, $CODE_EXECUTION_MCP_DATA_DIR, else the
 /// user data directory.
 pub fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {

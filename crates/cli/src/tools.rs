@@ -12,12 +12,9 @@ use crate::args::{Cli, GenerateArgs, ToolsCommand};
 use crate::setup;
 
 pub(crate) fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, ExitCode>> {
-    let loaded = match setup::load_config(cli) {
+    let loaded = match setup::config_or_exit(cli) {
         Ok(loaded) => loaded,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(Err(ExitCode::from(2)));
-        }
+        Err(code) => return Ok(Err(code)),
     };
     let data_dir = setup::data_dir(cli)?;
     let exe = std::env::current_exe().context("cannot find our own executable")?;
