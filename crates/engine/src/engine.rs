@@ -80,6 +80,9 @@ struct Ready {
     mode: SandboxMode,
     layers: Option<Layers>,
     packages: Arc<Packages>,
+    /// The directory of on-demand layers every interpreter mounts; made
+    /// once here, not at every start. `None`: it could not be made.
+    package_layers: Option<std::path::PathBuf>,
 }
 
 /// Runs agent code. Cheap to share (`Arc`).
@@ -506,16 +509,9 @@ impl Engine {
 
     async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
         let (base, _) = self.base_env(ready).await;
-        let layers = match ready.packages.layers_dir() {
-            Ok(dir) => Some(dir),
-            Err(e) => {
-                tracing::warn!(error = %e, "no layer directory: this interpreter cannot take packages on demand");
-                None
-            }
-        };
         let mounts = PackageMounts {
             env: base.env().map(|e| e.site.clone()),
-            layers,
+            layers: ready.package_layers.clone(),
         };
         Interp::start(&ready.launch, memory_mb, PROCESSES, mounts)
             .await
@@ -653,11 +649,19 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         &options.data_dir,
         &launch.layout.version,
     )));
+    let package_layers = match packages.layers_dir() {
+        Ok(dir) => Some(dir),
+        Err(e) => {
+            tracing::warn!(error = %e, "no layer directory: interpreters cannot take packages on demand");
+            None
+        }
+    };
     Ok(Ready {
         launch,
         mode,
         layers,
         packages,
+        package_layers,
     })
 }
 
