@@ -9,6 +9,7 @@
 //!
 //! It does no I/O beyond reading the one file and never connects to anything.
 
+mod access;
 mod error;
 pub mod expand;
 pub mod locate;
@@ -17,6 +18,7 @@ mod parse;
 mod requirement;
 mod secret;
 
+pub use access::{Ability, AuthConfig, OAuthConfig, QuotaConfig};
 /// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.
 pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};

@@ -24,6 +24,10 @@ pub struct Config {
     pub audit: AuditConfig,
     /// How tools are found (`search`).
     pub search: SearchConfig,
+    /// Who may use the server over HTTP (`auth`).
+    pub auth: crate::AuthConfig,
+    /// Limits per tenant (`quotas`).
+    pub quotas: crate::QuotaConfig,
 }
 
 /// The `search` section.

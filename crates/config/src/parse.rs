@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::access::{
+    Ability, AuthConfig, DEFAULT_ALGORITHMS, KNOWN_ALGORITHMS, OAuthConfig, QuotaConfig,
+};
 use crate::expand::expand;
 use crate::model::{
     AuditConfig, Config, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig,
@@ -113,6 +116,8 @@ impl Cx<'_> {
                 "upstream" => config.upstream = self.upstream(value),
                 "policy" => (config.policy, config.audit) = self.policy(value),
                 "search" => config.search = self.search(value),
+                "auth" => config.auth = self.auth(value),
+                "quotas" => config.quotas = self.quotas(value),
                 "tools_registry" => {
                     config.tools_registry =
                         self.expanded("tools_registry", value).map(PathBuf::from)
@@ -696,6 +701,206 @@ impl Cx<'_> {
         w
     }
 
+    fn auth(&mut self, value: &Value) -> AuthConfig {
+        let mut a = AuthConfig::default();
+        let Some(obj) = self.object("auth", value) else {
+            return a;
+        };
+        for (field, v) in obj {
+            let key = format!("auth.{field}");
+            match field.as_str() {
+                "resource" => {
+                    a.resource = self.expanded(&key, v).and_then(|s| self.http_url(&key, &s))
+                }
+                "tokens" => a.tokens = self.tokens(&key, v),
+                "oauth" => a.oauth = self.oauth(&key, v),
+                _ => self.unknown(&key, &["resource", "tokens", "oauth"]),
+            }
+        }
+        if a.oauth.is_some() && a.resource.is_none() {
+            self.problem(
+                "auth.resource",
+                "auth.oauth needs auth.resource: this server's MCP URL as clients reach it \
+                 (e.g. \"https://mcp.example.com/mcp\"); access tokens must name it as their audience",
+            );
+        }
+        a
+    }
+
+    fn http_url(&mut self, key: &str, text: &str) -> Option<url::Url> {
+        match url::Url::parse(text) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.fragment().is_none() => Some(u),
+            Ok(_) => {
+                self.problem(
+                    key,
+                    "expected an http:// or https:// URL without a #fragment",
+                );
+                None
+            }
+            Err(e) => {
+                self.problem(key, format!("not a URL ({e}): {text:?}"));
+                None
+            }
+        }
+    }
+
+    fn tokens(&mut self, key: &str, value: &Value) -> BTreeMap<String, Secret> {
+        let tokens = self.string_map(key, value);
+        let mut seen: Vec<&str> = Vec::new();
+        for (name, token) in &tokens {
+            let k = format!("{key}.{name}");
+            if !valid_principal(name) {
+                self.problem(
+                    &k,
+                    "a principal's name is 1 to 64 letters, digits, '-', '_' or '.' (it names the tenant's directory)",
+                );
+            }
+            let t = token.expose();
+            if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                self.problem(
+                    &k,
+                    "a token needs at least 16 characters and no spaces; make one with `openssl rand -hex 32`",
+                );
+            } else if seen.contains(&t) {
+                self.problem(
+                    &k,
+                    "the same token is given to two principals; give each its own",
+                );
+            }
+            seen.push(t);
+        }
+        tokens
+    }
+
+    fn oauth(&mut self, key: &str, value: &Value) -> Option<OAuthConfig> {
+        let obj = self.object(key, value)?;
+        let mut issuer = None;
+        let mut o = OAuthConfig {
+            issuer: String::new(),
+            jwks_uri: None,
+            audience: None,
+            algorithms: DEFAULT_ALGORITHMS.iter().map(|s| s.to_string()).collect(),
+            leeway_seconds: 30,
+            scopes: BTreeMap::new(),
+        };
+        for (field, v) in obj {
+            let k = format!("{key}.{field}");
+            match field.as_str() {
+                "issuer" => {
+                    issuer = self
+                        .expanded(&k, v)
+                        .filter(|s| self.http_url(&k, s).is_some())
+                }
+                "jwks_uri" => {
+                    o.jwks_uri = self
+                        .expanded(&k, v)
+                        .filter(|s| self.http_url(&k, s).is_some())
+                }
+                "audience" => o.audience = self.expanded(&k, v),
+                "algorithms" => {
+                    let list = self.string_list(&k, v).unwrap_or_default();
+                    for (i, alg) in list.iter().enumerate() {
+                        if !KNOWN_ALGORITHMS.contains(&alg.as_str()) {
+                            self.problem(
+                                format!("{k}[{i}]"),
+                                format!(
+                                    "unknown or symmetric algorithm {alg:?}; expected one of {}",
+                                    KNOWN_ALGORITHMS.join(", ")
+                                ),
+                            );
+                        }
+                    }
+                    if list.is_empty() {
+                        self.problem(&k, "name at least one algorithm, e.g. [\"RS256\"]");
+                    }
+                    o.algorithms = list;
+                }
+                "leeway_seconds" => {
+                    o.leeway_seconds = self
+                        .positive(&k, v, 0, 600, "seconds")
+                        .unwrap_or(o.leeway_seconds)
+                }
+                "scopes" => {
+                    let Some(map) = self.object(&k, v) else {
+                        continue;
+                    };
+                    for (ability, scope) in map {
+                        let sk = format!("{k}.{ability}");
+                        if Ability::parse(ability).is_none() {
+                            let names: Vec<&str> =
+                                Ability::ALL.iter().map(|a| a.as_str()).collect();
+                            self.unknown(&sk, &names);
+                            continue;
+                        }
+                        match self.string(&sk, scope) {
+                            Some(s) if !s.is_empty() && !s.contains(' ') => {
+                                o.scopes.insert(ability.clone(), s);
+                            }
+                            Some(_) => self.problem(&sk, "a scope is one non-empty word"),
+                            None => {}
+                        }
+                    }
+                }
+                _ => self.unknown(
+                    &k,
+                    &[
+                        "issuer",
+                        "jwks_uri",
+                        "audience",
+                        "algorithms",
+                        "leeway_seconds",
+                        "scopes",
+                    ],
+                ),
+            }
+        }
+        match issuer {
+            Some(i) => o.issuer = i,
+            None => {
+                if !obj.contains_key("issuer") {
+                    self.problem(
+                        format!("{key}.issuer"),
+                        "missing: the identity provider's issuer URL (the `iss` of its tokens)",
+                    );
+                }
+                return None;
+            }
+        }
+        Some(o)
+    }
+
+    fn quotas(&mut self, value: &Value) -> QuotaConfig {
+        let mut q = QuotaConfig::default();
+        let Some(obj) = self.object("quotas", value) else {
+            return q;
+        };
+        for (field, v) in obj {
+            let key = format!("quotas.{field}");
+            let slot = match field.as_str() {
+                "concurrent_executions" => &mut q.concurrent_executions,
+                "executions_per_minute" => &mut q.executions_per_minute,
+                "workspace_bytes" => &mut q.workspace_bytes,
+                "sessions" => &mut q.sessions,
+                "requests_per_minute" => &mut q.requests_per_minute,
+                _ => {
+                    self.unknown(&key, QUOTA_KEYS);
+                    continue;
+                }
+            };
+            if v.is_null() {
+                *slot = None;
+                continue;
+            }
+            let unit = if field == "workspace_bytes" {
+                "bytes"
+            } else {
+                "a count"
+            };
+            *slot = self.positive(&key, v, 1, u64::MAX >> 1, unit).or(*slot);
+        }
+        q
+    }
+
     // --- typed leaves -------------------------------------------------------
 
     fn unknown(&mut self, key: &str, expected: &[&str]) {
@@ -873,6 +1078,22 @@ const POLICY_KEYS: &[&str] = &[
     "audit",
 ];
 const WORKSPACE_KEYS: &[&str] = &["max_file_bytes"];
+const QUOTA_KEYS: &[&str] = &[
+    "concurrent_executions",
+    "executions_per_minute",
+    "workspace_bytes",
+    "sessions",
+    "requests_per_minute",
+];
+
+/// A static token's principal name: it becomes a directory name.
+fn valid_principal(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !name.starts_with('.')
+}
 
 fn article(ty: &str) -> &'static str {
     if ty == "stdio" { "a" } else { "an" }
