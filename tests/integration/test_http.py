@@ -104,7 +104,14 @@ def test_token_required(authed_server: HttpServer, auth: str | None):
         headers["Authorization"] = auth
     r = httpx.post(authed_server.url, json=initialize(), headers=headers, timeout=10)
     assert r.status_code == 401
-    assert r.headers.get("www-authenticate") == "Bearer"
+    challenge = r.headers.get("www-authenticate", "")
+    # No credential: a bare challenge; a wrong one: RFC 6750's error code.
+    if auth is None:
+        assert challenge == "Bearer"
+    elif auth.lower().startswith("bearer "):
+        assert challenge.startswith('Bearer error="invalid_token"'), challenge
+    else:
+        assert challenge.startswith('Bearer error="invalid_request"'), challenge
     assert "bearer token" in r.text
 
 

@@ -136,8 +136,10 @@ impl Authenticator {
                 "sign in with the identity provider {} (the protected resource metadata is at {meta})",
                 o.issuer()
             ),
-            _ => "send 'Authorization: Bearer <token>' with a token the server is configured with"
-                .into(),
+            _ => {
+                "send a bearer token the server is configured with: 'Authorization: Bearer <token>'"
+                    .into()
+            }
         }
     }
 }

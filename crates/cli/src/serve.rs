@@ -44,31 +44,54 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         state.catalog.watch_changes();
         let wrappers = state.catalog.clone();
         tokio::spawn(async move { wrappers.write_cached_wrappers().await });
-        let engine = state.engine.clone();
         let catalog = state.catalog.clone();
+        let tenants = cem_server::Tenants::new(state.clone());
         match args.http {
             None => cem_server::serve_stdio(state, shutdown).await?,
             Some(addr) => {
+                let legacy = match args.auth_token.as_deref() {
+                    Some("") => anyhow::bail!(
+                        "--auth-token (or CODE_EXECUTION_MCP_AUTH_TOKEN) is empty; \
+                         give a token or leave it unset"
+                    ),
+                    other => other.map(str::to_string),
+                };
+                let auth = Arc::new(cem_auth::Authenticator::new(&state.config.auth, legacy));
+                if let Some(oauth) = auth.oauth() {
+                    // Reachability is checked now so a wrong issuer shows in
+                    // the log at once; serving starts either way (the keys
+                    // are fetched again when the first token arrives).
+                    match oauth.check().await {
+                        Ok(report) => tracing::info!(
+                            issuer = oauth.issuer(),
+                            jwks_uri = %report.jwks_uri,
+                            keys = report.kids.len(),
+                            "accepting access tokens of the identity provider"
+                        ),
+                        Err(e) => tracing::warn!(
+                            issuer = oauth.issuer(),
+                            error = %e,
+                            "cannot reach the identity provider yet; access tokens are refused until it answers"
+                        ),
+                    }
+                }
+                drop(state);
                 let options = HttpOptions {
                     addr,
-                    auth_token: match args.auth_token.as_deref() {
-                        Some("") => anyhow::bail!(
-                            "--auth-token (or CODE_EXECUTION_MCP_AUTH_TOKEN) is empty; \
-                             give a token or leave it unset"
-                        ),
-                        other => other.map(str::to_string),
-                    },
+                    auth,
                     allowed_hosts: args.allowed_hosts.clone(),
                     allowed_origins: args.allowed_origins.clone(),
                 };
-                cem_server::serve_http(state, options, shutdown, |bound| {
+                cem_server::serve_http(tenants.clone(), options, shutdown, |bound| {
                     // One line on stderr that scripts (and our tests) can wait for.
                     eprintln!("listening on http://{bound}/mcp");
                 })
                 .await?
             }
         }
-        engine.shutdown().await;
+        for tenant in tenants.all() {
+            tenant.engine.shutdown().await;
+        }
         catalog.manager().shutdown().await;
         tracing::info!("shut down cleanly");
         anyhow::Ok(())

@@ -145,7 +145,7 @@ impl ExecAnswer {
             Failure::Disk { used_mb } => (
                 format!(
                     "OSError: the code used up about {used_mb} MB of disk, over the per-execution quota \
-                     (sandbox.disk_quota_mb), or the disk is nearly full, and was stopped. The files it \
+                     (sandbox.disk_quota_mb) or what is left of the workspace quota (quotas.workspace_bytes), or the disk is nearly full, and was stopped. The files it \
                      wrote remain in the workspace: delete what is not needed.{lost}"
                 ),
                 None,

@@ -47,6 +47,10 @@ pub struct EngineOptions {
     pub extra_ro: Vec<(PathBuf, PathBuf)>,
     /// Run without the sandbox because the user asked (`run --no-sandbox`).
     pub no_sandbox: bool,
+    /// Bounds executions at once across engines (one engine per tenant
+    /// shares the host's limit); `None`: this engine's own limit of
+    /// `sandbox.max_concurrent`.
+    pub running: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// One execute_code call.
@@ -68,6 +72,13 @@ pub struct ExecRequest {
     pub max_output_chars: Option<u64>,
     /// Packages to install (on the host) before the code runs.
     pub requirements: Vec<String>,
+    /// Disk bytes this execution may add, when less than
+    /// `sandbox.disk_quota_mb` (what is left of a tenant's quota).
+    pub disk_limit_bytes: Option<u64>,
+    /// Sessions this engine may hold at once for this caller, when fewer
+    /// than the engine's own limit (a tenant's quota), with the config key
+    /// to name when refusing.
+    pub max_sessions: Option<(usize, &'static str)>,
 }
 
 struct Session {
@@ -98,7 +109,7 @@ pub struct Engine {
     executions: std::sync::atomic::AtomicU64,
     /// Bounds executions running at once: memory and CPU of the host are
     /// shared by every sandbox.
-    running: tokio::sync::Semaphore,
+    running: Arc<tokio::sync::Semaphore>,
 }
 
 impl Engine {
@@ -112,9 +123,18 @@ impl Engine {
             refill: Notify::new(),
             sessions: Mutex::new(HashMap::new()),
             executions: std::sync::atomic::AtomicU64::new(0),
-            running: tokio::sync::Semaphore::new(options.sandbox.max_concurrent as usize),
+            running: options.running.clone().unwrap_or_else(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    options.sandbox.max_concurrent as usize,
+                ))
+            }),
             options,
         })
+    }
+
+    /// What the engine was made with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
     }
 
     /// Probes the host and starts the pool filler and the session reaper in
@@ -322,6 +342,7 @@ impl Engine {
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
         let mut stats = CallStats::new(cfg.max_tool_calls);
+        stats.disk_limit = request.disk_limit_bytes;
         if let Ok(mut s) = stats.installs.lock()
             && !base_wait.is_zero()
         {
@@ -370,6 +391,17 @@ impl Engine {
                     Some(owner) => format!("{owner}\u{0}{id}"),
                     None => id.clone(),
                 };
+                if let Some((max, config_key)) = request.max_sessions {
+                    let sessions = self.sessions.lock().await;
+                    if !sessions.contains_key(&key) && sessions.len() >= max {
+                        return Err(EngineError::Refused(format!(
+                            "quota exceeded: {} interpreter sessions are open, the most allowed ({config_key}); \
+                             reuse one of them, or retry after one has been idle for {} s and ended",
+                            sessions.len(),
+                            cfg.session_idle_seconds
+                        )));
+                    }
+                }
                 self.run_in_session(
                     ready,
                     &key,

@@ -58,7 +58,8 @@ const INODE_FLOOR: u64 = 10_000;
 /// session keep running after a call returns). The baseline is reset at
 /// every call, so the quota applies per execution and its aftermath.
 struct DiskWatch {
-    baseline: Mutex<Option<(u64, u64)>>,
+    /// Free bytes and inodes when the call began, and the bytes it may use.
+    baseline: Mutex<Option<(u64, u64, u64)>>,
     /// Megabytes used when the watchdog stopped the interpreter.
     tripped: Mutex<Option<u64>>,
 }
@@ -89,6 +90,8 @@ pub struct CallStats {
     pub results: Arc<Mutex<Vec<String>>>,
     /// Time spent waiting on package installs, and what they brought.
     pub installs: Arc<Mutex<InstallStats>>,
+    /// Disk bytes this execution may add, if less than the launch's quota.
+    pub disk_limit: Option<u64>,
 }
 
 impl CallStats {
@@ -98,6 +101,7 @@ impl CallStats {
             max_calls,
             results: Arc::new(Mutex::new(Vec::new())),
             installs: Arc::new(Mutex::new(InstallStats::default())),
+            disk_limit: None,
         }
     }
 
@@ -303,14 +307,9 @@ impl Interp {
             baseline: Mutex::new(None),
             tripped: Mutex::new(None),
         });
-        let watchdog = child.id().map(|pid| {
-            tokio::spawn(disk_watchdog(
-                watch.clone(),
-                launch.workspace.clone(),
-                launch.disk_quota_bytes,
-                pid,
-            ))
-        });
+        let watchdog = child
+            .id()
+            .map(|pid| tokio::spawn(disk_watchdog(watch.clone(), launch.workspace.clone(), pid)));
         let mut interp = Interp {
             child,
             watch,
@@ -351,8 +350,12 @@ impl Interp {
         installs: Option<&Installs>,
         stats: &mut CallStats,
     ) -> Result<Value, Failure> {
+        let limit = stats
+            .disk_limit
+            .map_or(launch.disk_quota_bytes, |l| l.min(launch.disk_quota_bytes));
         if let Ok(mut b) = self.watch.baseline.lock() {
-            *b = cem_sandbox::free_disk(&launch.workspace);
+            *b = cem_sandbox::free_disk(&launch.workspace)
+                .map(|(bytes, inodes)| (bytes, inodes, limit));
         }
         let outcome = self
             .exchange_inner(request, timeout, bridge, installs, stats)
@@ -687,11 +690,12 @@ fn split_tool(name: &str) -> (&str, &str) {
 
 /// Kills the interpreter (by its launcher's pid) when, since the last call
 /// began, it used more disk or inodes than allowed, or nearly filled either.
-async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, quota: u64, pid: u32) {
+async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, pid: u32) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // No baseline yet: an idle (pooled) interpreter runs no code to watch.
-        let Some((base_bytes, base_inodes)) = watch.baseline.lock().ok().and_then(|b| *b) else {
+        let Some((base_bytes, base_inodes, quota)) = watch.baseline.lock().ok().and_then(|b| *b)
+        else {
             continue;
         };
         let Some((bytes, inodes)) = cem_sandbox::free_disk(&workspace) else {

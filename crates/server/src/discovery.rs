@@ -104,6 +104,11 @@ impl CatalogService {
         }
     }
 
+    /// The static registry's entries.
+    pub fn registry(&self) -> &[Entry] {
+        &self.registry
+    }
+
     /// How searches rank.
     pub fn ranking(&self) -> &Ranking {
         &self.ranking

@@ -14,9 +14,13 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::AppState;
+use std::sync::OnceLock;
+
+use cem_auth::{Ability, Principal};
+
 use crate::approval::{Asked, ElicitApprover, InputRequiredApprover};
 use crate::tools::{self, Args};
+use crate::{AppState, Tenants};
 
 static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -25,23 +29,29 @@ static SESSIONS: AtomicU64 = AtomicU64::new(0);
 /// stored here is never seen by another session.
 #[derive(Debug, Clone)]
 pub struct McpHandler {
-    state: Arc<AppState>,
+    tenants: Arc<Tenants>,
     session: u64,
+    /// The tenant this session belongs to, set by its first request: a
+    /// session is never used by another principal.
+    bound: Arc<OnceLock<Arc<AppState>>>,
     /// Dropped with the last clone: the session is over, its vault goes.
     _ended: Arc<SessionEnd>,
 }
 
 #[derive(Debug)]
 struct SessionEnd {
-    state: Arc<AppState>,
+    bound: Arc<OnceLock<Arc<AppState>>>,
     session: u64,
 }
 
 impl Drop for SessionEnd {
     fn drop(&mut self) {
+        let Some(state) = self.bound.get() else {
+            return;
+        };
         let key = crate::privacy::connection_key(self.session);
-        self.state.vaults.remove(&key);
-        self.state.gate.end_session(&key);
+        state.vaults.remove(&key);
+        state.gate.end_session(&key);
     }
 }
 
@@ -74,23 +84,70 @@ impl std::fmt::Debug for Paused {
 const APPROVAL_KEY: &str = "approval";
 
 impl McpHandler {
+    /// A session of the local tenant only (stdio).
     pub fn new(state: Arc<AppState>) -> Self {
+        Self::for_tenants(Tenants::new(state))
+    }
+
+    /// A session whose tenant is the principal of its requests (HTTP).
+    pub fn for_tenants(tenants: Arc<Tenants>) -> Self {
         let session = SESSIONS.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::debug!(session, "new MCP session");
+        let bound = Arc::new(OnceLock::new());
         let ended = Arc::new(SessionEnd {
-            state: state.clone(),
+            bound: bound.clone(),
             session,
         });
         Self {
-            state,
+            tenants,
             session,
+            bound,
             _ended: ended,
         }
     }
 
+    /// The state of the tenant behind this request: its principal's (set by
+    /// the HTTP layer), else the local one. Refuses a principal that is not
+    /// the one that began the session, and a tool its abilities do not
+    /// cover (the HTTP layer answered 403 already; this is the backstop).
+    fn tenant(
+        &self,
+        context: &RequestContext<RoleServer>,
+        tool: Option<&str>,
+    ) -> Result<Arc<AppState>, ErrorData> {
+        let principal = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Principal>())
+            .cloned()
+            .unwrap_or_else(Principal::local);
+        if let Some(ability) = tool.and_then(Ability::for_tool)
+            && !principal.can(ability)
+        {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "your access token does not grant '{}', which this tool needs",
+                    ability.as_str()
+                ),
+                None,
+            ));
+        }
+        let state = self.tenants.get(&principal).map_err(|e| {
+            ErrorData::internal_error(format!("cannot open your tenant: {e}"), None)
+        })?;
+        let bound = self.bound.get_or_init(|| state.clone());
+        if bound.tenant != state.tenant {
+            return Err(ErrorData::invalid_request(
+                "unknown session: start a new one",
+                None,
+            ));
+        }
+        Ok(state)
+    }
+
     /// The tool list as sent to clients.
     pub fn tools(&self) -> Vec<Tool> {
-        tools::listed(self.state.tool_set)
+        tools::listed(self.tenants.local().tool_set)
             .map(|t| {
                 let schema = match (t.schema)() {
                     serde_json::Value::Object(map) => map,
@@ -112,8 +169,9 @@ impl ServerHandler for McpHandler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.tenant(&context, None)?;
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
@@ -123,34 +181,36 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
+        let state = self.tenant(&context, Some(&name))?;
         let args = Args::new(request.arguments);
         let started = std::time::Instant::now();
         let key = crate::privacy::session_key(
             context.extensions.get::<axum::http::request::Parts>(),
             self.session,
-            &self.state.key_hasher,
         );
-        let mut session = self.state.session(&key);
+        let mut session = state.session(&key);
         if name == "execute_code" {
             if let Some(handle) = request.request_state {
-                return self.resume(&key, &handle, request.input_responses).await;
+                return self
+                    .resume(&state, &key, &handle, request.input_responses)
+                    .await;
             }
             match approval_route(&context) {
                 Route::InputRequired(client) => {
                     let (questions, rx) = mpsc::unbounded_channel();
                     session.approver = Some(Arc::new(InputRequiredApprover { questions, client }));
-                    let state = self.state.clone();
+                    let task_state = state.clone();
                     let task = tokio::spawn(async move {
-                        tools::call(&state, "execute_code", args, &session).await
+                        tools::call(&task_state, "execute_code", args, &session).await
                     });
                     let paused = Paused {
                         owner: key,
                         task,
                         questions: rx,
                         reply: None,
-                        expires: self.expiry(),
+                        expires: expiry(&state),
                     };
-                    return self.wait(paused).await;
+                    return self.wait(&state, paused).await;
                 }
                 Route::Elicit(client) => {
                     session.approver = Some(Arc::new(ElicitApprover {
@@ -161,8 +221,8 @@ impl ServerHandler for McpHandler {
                 Route::None(why) => session.no_approver = why,
             }
         }
-        let Some(outcome) = tools::call(&self.state, &name, args, &session).await else {
-            let known: Vec<_> = tools::listed(self.state.tool_set).map(|t| t.name).collect();
+        let Some(outcome) = tools::call(&state, &name, args, &session).await else {
+            let known: Vec<_> = tools::listed(state.tool_set).map(|t| t.name).collect();
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{name}'; available: {}", known.join(", ")),
                 None,
@@ -208,17 +268,22 @@ fn approval_route(context: &RequestContext<RoleServer>) -> Route {
     }
 }
 
-impl McpHandler {
-    fn expiry(&self) -> std::time::Instant {
-        let wait = self.state.config.policy.approval_timeout_seconds
-            + self.state.config.sandbox.max_timeout_seconds
-            + 60;
-        std::time::Instant::now() + std::time::Duration::from_secs(wait)
-    }
+/// When a paused execution of `state`'s is given up.
+fn expiry(state: &AppState) -> std::time::Instant {
+    let wait = state.config.policy.approval_timeout_seconds
+        + state.config.sandbox.max_timeout_seconds
+        + 60;
+    std::time::Instant::now() + std::time::Duration::from_secs(wait)
+}
 
+impl McpHandler {
     /// Waits for a running execution: its answer, or its next question,
     /// which goes back to the client while the execution stays paused.
-    async fn wait(&self, mut paused: Paused) -> Result<CallToolResponse, ErrorData> {
+    async fn wait(
+        &self,
+        state: &AppState,
+        mut paused: Paused,
+    ) -> Result<CallToolResponse, ErrorData> {
         tokio::select! {
             done = &mut paused.task => {
                 let outcome = done
@@ -232,7 +297,7 @@ impl McpHandler {
                 let handle = crate::gate::new_id();
                 let mut requests = InputRequests::new();
                 requests.insert(APPROVAL_KEY.to_string(), InputRequest::Elicitation(asked.request));
-                if let Ok(mut all) = self.state.paused.lock() {
+                if let Ok(mut all) = state.paused.lock() {
                     let now = std::time::Instant::now();
                     all.retain(|_, p| p.expires > now);
                     all.insert(handle.clone(), paused);
@@ -246,11 +311,12 @@ impl McpHandler {
     /// to the paused execution, which runs on.
     async fn resume(
         &self,
+        state: &AppState,
         key: &str,
         handle: &str,
         responses: Option<InputResponses>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let found = self.state.paused.lock().ok().and_then(|mut all| {
+        let found = state.paused.lock().ok().and_then(|mut all| {
             let owned = all.get(handle).is_some_and(|p| p.owner == key);
             if owned { all.remove(handle) } else { None }
         });
@@ -267,7 +333,7 @@ impl McpHandler {
         if let Some(reply) = paused.reply.take() {
             let _ = reply.send(answer);
         }
-        self.wait(paused).await
+        self.wait(state, paused).await
     }
 
     fn result(&self, name: &str, outcome: tools::Answer) -> CallToolResult {

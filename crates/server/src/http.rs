@@ -1,43 +1,68 @@
 //! MCP over streamable HTTP at `/mcp`.
 //!
 //! DNS-rebinding protection (the MCP spec's rule for local servers) comes
-//! from rmcp's Host and Origin allow-lists; bearer auth is our middleware.
+//! from rmcp's Host and Origin allow-lists. Authorization is ours: every
+//! request to `/mcp` passes [`guard`], which finds the principal
+//! ([`cem_auth::Authenticator`]), checks its per-minute request quota, its
+//! scopes against the tools a JSON-RPC body calls, and that an
+//! `Mcp-Session-Id` belongs to it; then hands the principal to the handler,
+//! which serves that principal's tenant. The protected resource metadata
+//! (RFC 9728) is served at `/.well-known/oauth-protected-resource`.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use cem_auth::{Ability, Authenticator, Principal, Rejection};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::{AppState, McpHandler, ServeError};
+use crate::{McpHandler, ServeError, Tenants};
 
 /// How to serve over HTTP.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     pub addr: SocketAddr,
-    /// When set, every request needs `Authorization: Bearer <token>`.
-    pub auth_token: Option<String>,
+    /// Who may call: static tokens, OAuth, or (none configured) anyone
+    /// who can reach a loopback address.
+    pub auth: Arc<Authenticator>,
     /// Extra `Host` values to accept besides the loopback names.
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin` values to accept besides loopback origins.
     pub allowed_origins: Vec<String>,
 }
 
+/// Sessions remembered with their owner before old ones are forgotten.
+const MAX_OWNED_SESSIONS: usize = 50_000;
+
+/// What the guard needs.
+struct Guard {
+    auth: Arc<Authenticator>,
+    tenants: Arc<Tenants>,
+    /// Which tenant began each MCP session (`Mcp-Session-Id`).
+    owners: Mutex<HashMap<String, (String, Instant)>>,
+    body_limit: usize,
+}
+
 /// Serves until `shutdown` is cancelled. `on_ready` gets the bound address
 /// (useful with port 0).
 pub async fn serve_http(
-    state: Arc<AppState>,
+    tenants: Arc<Tenants>,
     options: HttpOptions,
     shutdown: CancellationToken,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
-    if !options.addr.ip().is_loopback() && options.auth_token.is_none() {
+    if !options.addr.ip().is_loopback() && !options.auth.required() {
         return Err(ServeError::PublicWithoutAuth { addr: options.addr });
     }
     let listener = tokio::net::TcpListener::bind(options.addr)
@@ -52,6 +77,10 @@ pub async fn serve_http(
     if !bound.ip().is_unspecified() {
         hosts.push(bound.ip().to_string());
     }
+    // Clients reach the server at its resource URL (often through a proxy).
+    if let Some(host) = options.auth.resource().and_then(|r| r.host_str()) {
+        hosts.push(host.to_string());
+    }
     hosts.extend(options.allowed_hosts.iter().cloned());
     let mut origins: Vec<String> = vec![
         "http://localhost:*".into(),
@@ -62,7 +91,7 @@ pub async fn serve_http(
 
     // A write of max_file_bytes must fit in one request, JSON escaping
     // included (up to 6 bytes a byte for control characters).
-    let body_limit = (state.workspace.max_file_bytes() as usize)
+    let body_limit = (tenants.local().workspace.max_file_bytes() as usize)
         .saturating_mul(6)
         .saturating_add(1 << 20)
         .max(4 << 20);
@@ -72,16 +101,36 @@ pub async fn serve_http(
         .with_allowed_origins(origins)
         .enforce_origin_validation()
         .with_cancellation_token(shutdown.child_token());
-    let factory_state = state.clone();
+    let factory_tenants = tenants.clone();
     let service = StreamableHttpService::new(
-        move || Ok(McpHandler::new(factory_state.clone())),
+        move || Ok(McpHandler::for_tenants(factory_tenants.clone())),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let token = options.auth_token.map(Arc::<str>::from);
-    let router = Router::new()
+    let guard = Arc::new(Guard {
+        auth: options.auth.clone(),
+        tenants,
+        owners: Mutex::new(HashMap::new()),
+        body_limit,
+    });
+    let metadata = options.auth.clone();
+    // The guard covers /mcp only: the metadata is public.
+    let mcp = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(token, require_bearer));
+        .layer(middleware::from_fn_with_state(guard, guard_layer));
+    let router = Router::new()
+        .merge(mcp)
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get({
+                let m = metadata.clone();
+                move || resource_metadata(m.clone())
+            }),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/{*path}",
+            get(move || resource_metadata(metadata.clone())),
+        );
 
     tracing::info!(%bound, "serving MCP over streamable HTTP at /mcp");
     on_ready(bound);
@@ -91,57 +140,229 @@ pub async fn serve_http(
     Ok(())
 }
 
-/// Rejects requests without the configured bearer token (401).
-async fn require_bearer(
-    State(token): State<Option<Arc<str>>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(token) = token else {
-        return next.run(request).await;
+/// The protected resource metadata (RFC 9728); 404 without OAuth.
+async fn resource_metadata(auth: Arc<Authenticator>) -> Response {
+    let (Some(oauth), Some(resource)) = (auth.oauth(), auth.resource()) else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this server does not use OAuth (no auth.oauth in its config)\n",
+        )
+            .into_response();
     };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        // The scheme name is case-insensitive (RFC 7235).
-        .and_then(|v| {
-            let (scheme, rest) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    match presented {
-        Some(p) if constant_time_eq(p.as_bytes(), token.as_bytes()) => next.run(request).await,
-        _ => {
-            let mut response = (
-                StatusCode::UNAUTHORIZED,
-                "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token the server was started with\n",
-            )
-                .into_response();
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    let body = cem_auth::protected_resource_metadata(
+        resource.as_str(),
+        oauth.issuer(),
+        &auth.scopes_supported(),
+    );
+    axum::Json(body).into_response()
+}
+
+async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    match guard.check(request).await {
+        Ok((request, principal, new_session)) => {
+            let deleting = request.method() == Method::DELETE;
+            let session = session_id(&request);
+            let response = next.run(request).await;
+            guard.remember(&principal, session, deleting, new_session, &response);
             response
         }
+        Err(response) => response,
     }
 }
 
-/// Compares without an early exit, so timing does not reveal how much of a
-/// guessed token was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+impl Guard {
+    /// The request with its principal attached, or the refusal to send.
+    async fn check(&self, request: Request) -> Result<(Request, Principal, bool), Response> {
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let principal = self
+            .auth
+            .authenticate(authorization)
+            .await
+            .map_err(|r| self.refuse(&r))?;
+        let tenant = self.tenants.get(&principal).map_err(|e| {
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot open your tenant: {e}"),
+            )
+        })?;
+        if let Err(e) = tenant.quota.request() {
+            let mut response = (
+                StatusCode::TOO_MANY_REQUESTS,
+                axum::Json(json!({"error": "quota_exceeded", "error_description": e.message})),
+            )
+                .into_response();
+            if let Ok(v) = HeaderValue::from_str(&e.retry_after.as_secs().max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            return Err(response);
+        }
+        let session = session_id(&request);
+        if let Some(id) = &session {
+            let owner = self
+                .owners
+                .lock()
+                .ok()
+                .and_then(|o| o.get(id).map(|(t, _)| t.clone()));
+            // Another principal's session is, to this one, no session.
+            if owner.is_some_and(|t| t != principal.tenant) {
+                return Err(plain(
+                    StatusCode::NOT_FOUND,
+                    "session not found: start a new one with an initialize request".into(),
+                ));
+            }
+        }
+        let (mut parts, body) = request.into_parts();
+        let body = if parts.method == Method::POST {
+            let bytes = axum::body::to_bytes(body, self.body_limit)
+                .await
+                .map_err(|_| {
+                    plain(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("the request body is over {} bytes", self.body_limit),
+                    )
+                })?;
+            if let Some(missing) = missing_ability(&principal, &bytes) {
+                let scope = self.auth.scope_of(missing);
+                return Err(self.refuse(&Rejection::insufficient(
+                    scope.clone(),
+                    format!(
+                        "this call needs the scope '{scope}', which your access token does not have; \
+                         ask the identity provider for a token with it"
+                    ),
+                )));
+            }
+            Body::from(bytes)
+        } else {
+            body
+        };
+        parts.extensions.insert(principal.clone());
+        Ok((
+            Request::from_parts(parts, body),
+            principal,
+            session.is_none(),
+        ))
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+
+    /// Notes the owner of a session the response just began, and forgets
+    /// one the client ended.
+    fn remember(
+        &self,
+        principal: &Principal,
+        session: Option<String>,
+        deleting: bool,
+        new_session: bool,
+        response: &Response,
+    ) {
+        let Ok(mut owners) = self.owners.lock() else {
+            return;
+        };
+        if deleting {
+            if let Some(id) = session {
+                owners.remove(&id);
+            }
+            return;
+        }
+        if !new_session {
+            return;
+        }
+        let Some(id) = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return;
+        };
+        if owners.len() >= MAX_OWNED_SESSIONS {
+            // Forget the oldest half; their sessions have long gone idle.
+            let mut ages: Vec<Instant> = owners.values().map(|(_, t)| *t).collect();
+            ages.sort();
+            let cut = ages[ages.len() / 2];
+            owners.retain(|_, (_, t)| *t > cut);
+        }
+        owners.insert(id.to_string(), (principal.tenant.clone(), Instant::now()));
+    }
+
+    fn refuse(&self, rejection: &Rejection) -> Response {
+        let status = StatusCode::from_u16(rejection.status).unwrap_or(StatusCode::UNAUTHORIZED);
+        let body = json!({
+            "error": rejection.error.unwrap_or("unauthorized"),
+            "error_description": rejection.description,
+        });
+        let mut response = (status, axum::Json(body)).into_response();
+        if matches!(rejection.status, 401 | 403) {
+            let challenge =
+                cem_auth::www_authenticate(rejection, self.auth.metadata_url().as_deref());
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+        }
+        response
+    }
+}
+
+fn session_id(request: &Request) -> Option<String> {
+    request
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+fn plain(status: StatusCode, message: String) -> Response {
+    (status, format!("{message}\n")).into_response()
+}
+
+/// The first ability a JSON-RPC body (one message or a batch) needs that
+/// `principal` lacks. Only tools/call needs one: listing and the protocol's
+/// own messages are open to any valid credential. A body that is not JSON
+/// is left for the MCP layer to refuse.
+fn missing_ability(principal: &Principal, body: &[u8]) -> Option<Ability> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let messages = match &value {
+        Value::Array(items) => items.iter().collect::<Vec<_>>(),
+        one => vec![one],
+    };
+    messages
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .filter_map(|m| m["params"]["name"].as_str())
+        .filter_map(Ability::for_tool)
+        .find(|a| !principal.can(*a))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::constant_time_eq;
+    use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
+    fn tool_calls_need_their_ability() {
+        let reader = Principal::subject("i", "r", BTreeSet::from([Ability::ToolsRead]));
+        let call = |tool: &str| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}})
+                .to_string()
+        };
+        assert_eq!(
+            missing_ability(&reader, call("search_tools").as_bytes()),
+            None
+        );
+        assert_eq!(
+            missing_ability(&reader, call("execute_code").as_bytes()),
+            Some(Ability::Execute)
+        );
+        let batch = format!("[{}, {}]", call("list_skills"), call("save_skill"));
+        assert_eq!(
+            missing_ability(&reader, batch.as_bytes()),
+            Some(Ability::SkillsWrite)
+        );
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        assert_eq!(missing_ability(&reader, list.as_bytes()), None);
+        assert_eq!(
+            missing_ability(&Principal::local(), call("execute_code").as_bytes()),
+            None
+        );
     }
 }

@@ -15,15 +15,18 @@ pub mod gate;
 mod handler;
 mod http;
 pub mod privacy;
+pub mod quota;
 pub mod skills;
 mod state;
 mod stdio;
+mod tenants;
 pub mod tools;
 
 pub use handler::McpHandler;
 pub use http::{HttpOptions, serve_http};
 pub use state::{AppState, RunMode, StateError};
 pub use stdio::serve_stdio;
+pub use tenants::Tenants;
 pub use tools::ToolSet;
 
 /// Errors that stop a transport from serving.

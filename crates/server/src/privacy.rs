@@ -5,7 +5,6 @@
 //! config allows, before they leave the host.
 
 use std::collections::BTreeMap;
-use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use cem_config::{PiiConfig, PiiMode};
@@ -42,23 +41,19 @@ impl Session {
 /// connection, one per stateful HTTP session: rmcp makes a handler per
 /// session, so this cannot be forged with a header). Stateless HTTP
 /// requests (protocol 2026-07-28, one handler per request) have no session:
-/// their key is the bearer credential (hashed), or `http-local` without
-/// one, so a client keeps its tokens from one request to the next.
-pub fn session_key(
-    parts: Option<&axum::http::request::Parts>,
-    connection: u64,
-    hasher: &std::hash::RandomState,
-) -> String {
-    let header = |name: &str| {
-        parts
-            .and_then(|p| p.headers.get(name))
-            .and_then(|v| v.to_str().ok())
-    };
-    if header("mcp-protocol-version") != Some(STATELESS_PROTOCOL) {
+/// their key is the principal's (each tenant has its own vaults, so this is
+/// one key per person), so a client keeps its tokens from one request to
+/// the next, across access-token refreshes too.
+pub fn session_key(parts: Option<&axum::http::request::Parts>, connection: u64) -> String {
+    let stateless = parts
+        .and_then(|p| p.headers.get("mcp-protocol-version"))
+        .and_then(|v| v.to_str().ok())
+        == Some(STATELESS_PROTOCOL);
+    if !stateless {
         return connection_key(connection);
     }
-    match header("authorization") {
-        Some(auth) => format!("credential:{:016x}", hasher.hash_one(auth)),
+    match parts.and_then(|p| p.extensions.get::<cem_auth::Principal>()) {
+        Some(principal) => format!("principal:{}", principal.tenant),
         None => "http-local".to_string(),
     }
 }

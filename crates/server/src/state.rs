@@ -17,9 +17,17 @@ use crate::ToolSet;
 use crate::privacy::{MAX_VAULTS, Session, VAULT_BYTES, VAULT_IDLE};
 use cem_pii::Vaults;
 
-/// Everything the tools need that outlives one session.
+/// Everything the tools need that outlives one session, for one tenant:
+/// the local one (stdio, the CLI, HTTP without per-person credentials),
+/// or one per principal (see [`crate::Tenants`]). Tenants share the config,
+/// the upstream connections and their tool lists, the package store and
+/// the host's execution limit; everything a person makes (workspace,
+/// skills, vaults, interpreter sessions, approvals, audit trail, execution
+/// counts) is the tenant's own.
 #[derive(Debug)]
 pub struct AppState {
+    /// The tenant id (`local`, `token-<name>`, `oidc-<sub>-<digest>`).
+    pub tenant: String,
     pub config: Config,
     /// Where the config came from, for `get_execution_stats` (None: defaults).
     pub config_path: Option<PathBuf>,
@@ -33,13 +41,17 @@ pub struct AppState {
     pub catalog: Arc<CatalogService>,
     /// One PII vault per MCP session.
     pub vaults: Vaults,
-    /// Hashes credentials into session keys (random per process).
-    pub key_hasher: std::hash::RandomState,
     /// The policy, pins and audit log every upstream call passes.
     pub gate: crate::gate::Gate,
     /// Executions paused on an approval question that went back to the
     /// client in an input-required result, by their requestState handle.
     pub paused: std::sync::Mutex<HashMap<String, crate::handler::Paused>>,
+    /// This tenant's use of its `quotas`.
+    pub quota: crate::quota::Quota,
+    /// The host's bound on executions at once, shared by every tenant.
+    running: Arc<tokio::sync::Semaphore>,
+    /// The static tool registry, shared by every tenant's catalog.
+    registry: Vec<cem_catalog::Entry>,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -60,6 +72,8 @@ pub enum StateError {
     Workspace(#[from] WorkspaceError),
     #[error("cannot open the skill store: {0}")]
     Skills(#[from] SkillError),
+    #[error("{0}")]
+    Tenant(String),
 }
 
 impl AppState {
@@ -112,7 +126,11 @@ impl AppState {
             cem_sandbox::sandbox_owner(),
         )?;
         let skills = SkillStore::open(&data_dir.join("skills"))?;
+        let running = Arc::new(tokio::sync::Semaphore::new(
+            config.sandbox.max_concurrent as usize,
+        ));
         let engine = Engine::new(EngineOptions {
+            running: Some(running.clone()),
             data_dir: data_dir.to_path_buf(),
             workspace: workspace.root().to_path_buf(),
             sandbox: config.sandbox.clone(),
@@ -150,6 +168,7 @@ impl AppState {
             crate::discovery::Ranking::from_config(&config.search),
             Some(data_dir.join("cache").join("vectors")),
         ));
+        let registry = catalog.registry().to_vec();
         let audit_path = config
             .audit
             .path
@@ -161,6 +180,10 @@ impl AppState {
             cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
         );
         Ok(Self {
+            tenant: cem_auth::LOCAL_TENANT.to_string(),
+            quota: crate::quota::Quota::new(&config.quotas),
+            running,
+            registry,
             gate,
             paused: std::sync::Mutex::new(HashMap::new()),
             engine,
@@ -173,7 +196,74 @@ impl AppState {
             tool_set,
             started: Instant::now(),
             vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),
-            key_hasher: std::hash::RandomState::new(),
+        })
+    }
+
+    /// The state of tenant `id`, made from this (the local) state: its own
+    /// workspace, skills and audit log under `<data>/tenants/<id>/`, its own
+    /// engine (interpreters mount its workspace and skills) and catalog
+    /// (its skills are searchable); upstreams, packages, wrappers, pins and
+    /// the execution limit are shared. `id` comes from
+    /// [`cem_auth::Principal`] and is a safe directory name.
+    pub fn for_tenant(&self, id: &str) -> Result<Self, StateError> {
+        if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+            return Err(StateError::Tenant(format!("unusable tenant id {id:?}")));
+        }
+        let root = self.data_dir.join("tenants").join(id);
+        std::fs::create_dir_all(&root).map_err(|source| StateError::DataDir {
+            path: root.clone(),
+            source,
+        })?;
+        let config = self.config.clone();
+        let workspace = Workspace::open_owned(
+            &root.join("workspace"),
+            config.workspace.max_file_bytes,
+            cem_sandbox::sandbox_owner(),
+        )?;
+        let skills = SkillStore::open(&root.join("skills"))?;
+        let mut options = self.engine.options().clone();
+        options.workspace = workspace.root().to_path_buf();
+        options.extra_ro = vec![
+            (self.data_dir.join("servers"), "/servers".into()),
+            (skills.root().to_path_buf(), "/skills".into()),
+        ];
+        options.running = Some(self.running.clone());
+        let engine = Engine::new(options);
+        let catalog = Arc::new(CatalogService::new(
+            self.catalog.manager().clone(),
+            self.registry.clone(),
+            // The local catalog writes the wrappers every tenant mounts.
+            None,
+            Some(skills.clone()),
+            self.catalog.ranking().clone(),
+            Some(self.data_dir.join("cache").join("vectors")),
+        ));
+        let gate = crate::gate::Gate::new(
+            config.policy.clone(),
+            cem_store::PinStore::new(&self.data_dir.join("policy").join("pins")),
+            cem_audit::AuditLog::new(
+                root.join("audit").join("audit.jsonl"),
+                config.audit.max_bytes,
+                config.audit.keep,
+            ),
+        );
+        Ok(Self {
+            tenant: id.to_string(),
+            quota: crate::quota::Quota::new(&config.quotas),
+            running: self.running.clone(),
+            registry: self.registry.clone(),
+            gate,
+            paused: std::sync::Mutex::new(HashMap::new()),
+            engine,
+            catalog,
+            config,
+            config_path: self.config_path.clone(),
+            data_dir: self.data_dir.clone(),
+            workspace,
+            skills,
+            tool_set: self.tool_set,
+            started: Instant::now(),
+            vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),
         })
     }
 }

@@ -53,7 +53,23 @@ pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> An
     }
 }
 
-async fn run(state: &Arc<AppState>, request: ExecRequest, session: &Session) -> Answer {
+async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session) -> Answer {
+    // Held until the execution ends: one of the tenant's concurrent slots.
+    let _slot = match state.quota.start_execution() {
+        Ok(slot) => slot,
+        Err(e) => return Answer::Plain(Err(ToolFailure(e.message))),
+    };
+    let quotas = state.quota.config();
+    if quotas.workspace_bytes.is_some() {
+        let st = state.clone();
+        match super::blocking(move || Ok(st.workspace.usage()?)).await {
+            Ok(usage) => request.disk_limit_bytes = state.quota.disk_allowance(usage.bytes),
+            Err(e) => return Answer::Plain(Err(e)),
+        }
+    }
+    if let Some(n) = quotas.sessions {
+        request.max_sessions = Some((usize::try_from(n).unwrap_or(usize::MAX), "quotas.sessions"));
+    }
     let exec = Arc::new(Execution::new(
         &state.gate,
         Caller::Code,

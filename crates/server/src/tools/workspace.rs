@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Args, ToolDef, ToolResult, blocking, success};
+use super::{Args, ToolDef, ToolFailure, ToolResult, blocking, success};
 use crate::AppState;
 use crate::privacy::Session;
 
@@ -54,8 +54,21 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
     let filename = args.string("filename")?;
     let content = args.string("content")?;
     let state = state.clone();
-    let written =
-        blocking(move || Ok(state.workspace.write(&filename, content.as_bytes())?)).await?;
+    let written = blocking(move || {
+        if state.quota.config().workspace_bytes.is_some() {
+            let used = state.workspace.usage()?.bytes;
+            let replacing = state
+                .workspace
+                .read(&filename)
+                .map_or(0, |b| b.len() as u64);
+            state
+                .quota
+                .check_write(used, replacing, content.len() as u64)
+                .map_err(|e| ToolFailure(e.message))?;
+        }
+        Ok(state.workspace.write(&filename, content.as_bytes())?)
+    })
+    .await?;
     let verb = if written.created {
         "Created"
     } else {
