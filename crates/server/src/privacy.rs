@@ -233,36 +233,46 @@ mod tests {
 
     #[test]
     fn session_keys() {
-        let hasher = std::hash::RandomState::new();
-        let parts = |headers: &[(&str, &str)]| {
+        let parts = |headers: &[(&str, &str)], principal: Option<cem_auth::Principal>| {
             let mut request = axum::http::Request::builder();
             for (k, v) in headers {
                 request = request.header(*k, *v);
             }
-            request.body(()).map(|r| r.into_parts().0).ok()
+            request.body(()).ok().map(|r| {
+                let mut parts = r.into_parts().0;
+                if let Some(p) = principal {
+                    parts.extensions.insert(p);
+                }
+                parts
+            })
         };
         let stateless = ("mcp-protocol-version", "2026-07-28");
         // stdio: the connection.
-        assert_eq!(session_key(None, 7, &hasher), "connection:7");
+        assert_eq!(session_key(None, 7), "connection:7");
         // A stateful HTTP session: its handler; a copied session header changes nothing.
-        let a = parts(&[
-            ("mcp-session-id", "victim"),
-            ("mcp-protocol-version", "2025-11-25"),
-        ]);
-        assert_eq!(session_key(a.as_ref(), 1, &hasher), "connection:1");
-        // Stateless HTTP: one vault per credential, never the same for two.
-        let key = |auth: &str| {
+        let a = parts(
+            &[
+                ("mcp-session-id", "victim"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            Some(cem_auth::Principal::named("alice")),
+        );
+        assert_eq!(session_key(a.as_ref(), 1), "connection:1");
+        // Stateless HTTP: one vault per principal, whatever token it shows.
+        let key = |who: &str, auth: &str| {
             session_key(
-                parts(&[stateless, ("authorization", auth)]).as_ref(),
+                parts(
+                    &[stateless, ("authorization", auth)],
+                    Some(cem_auth::Principal::named(who)),
+                )
+                .as_ref(),
                 1,
-                &hasher,
             )
         };
-        let (t1, t2) = (key("Bearer t1"), key("Bearer t2"));
-        assert!(t1.starts_with("credential:") && t1 != t2 && !t1.contains("t1"));
-        assert_eq!(t1, key("Bearer t1"));
+        assert_eq!(key("alice", "Bearer t1"), key("alice", "Bearer t2"));
+        assert_ne!(key("alice", "Bearer t1"), key("bob", "Bearer t1"));
         assert_eq!(
-            session_key(parts(&[stateless]).as_ref(), 3, &hasher),
+            session_key(parts(&[stateless], None).as_ref(), 3),
             "http-local"
         );
     }
