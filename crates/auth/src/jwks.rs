@@ -123,10 +123,10 @@ impl KeyCache {
             && let Some(at) = *last
             && at.elapsed() < UNKNOWN_KID_COOLDOWN
         {
-            return Err(AuthError::Fetch {
-                url: self.issuer.clone(),
-                reason: "fetched moments ago; not again yet".into(),
-            });
+            // Waiting (with the lock held) rather than refusing: a token
+            // of freshly rotated keys is still served, a moment late, and
+            // a flood of made-up key ids still causes one fetch per period.
+            tokio::time::sleep(UNKNOWN_KID_COOLDOWN.saturating_sub(at.elapsed())).await;
         }
         *last = Some(Instant::now());
         let uri = self.jwks_uri().await?;

@@ -49,7 +49,11 @@ print(json.dumps({
 /// launcher, and reports every layer.
 pub fn probe(exe: &Path, layout: &InterpreterLayout, workspace: &Path) -> Layers {
     let mut layers = Vec::new();
-    let cgroup = Cgroup::create(&format!("probe-{}", std::process::id()), 256, 64);
+    // One process probes once per engine (one engine per tenant): each
+    // probe gets a cgroup of its own.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cgroup = Cgroup::create(&format!("probe-{}-{n}", std::process::id()), 256, 64);
     layers.push(Layer {
         name: "cgroup",
         on: cgroup.is_ok(),
