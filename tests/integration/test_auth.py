@@ -23,7 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import BIN, HttpServer
+from conftest import BIN, HttpServer, run_cli
 from oidc import OTHER_RESOURCE, OidcProvider, free_port
 
 pytestmark = pytest.mark.anyio
@@ -258,6 +258,20 @@ def test_key_rotation_at_the_provider_is_picked_up(idp):
     # The old key is gone from the provider's set, so tokens it signed are refused now.
     r = post(server.url, initialize(), old)
     assert r.status_code == 401 and "does not publish" in challenge(r)["error_description"]
+
+
+def test_doctor_checks_the_identity_provider(tmp_path: Path):
+    resource = f"http://127.0.0.1:{free_port()}/mcp"
+    cfg = tmp_path / "config.json"
+    with OidcProvider(resource, log_dir=tmp_path, kid="doctor-key") as op:
+        cfg.write_text(json.dumps(oauth_config(resource, op.issuer)))
+        ok = run_cli("--data-dir", str(tmp_path / "d"), "--config", str(cfg), "doctor", "--json", timeout=120)
+        auth = next(c for c in json.loads(ok.stdout)["checks"] if c["check"] == "auth")
+        assert auth["status"] == "ok" and "doctor-key" in auth["detail"] and op.issuer in auth["detail"], auth
+    # The provider is gone: doctor fails and says which issuer it could not reach.
+    bad = run_cli("--data-dir", str(tmp_path / "d"), "--config", str(cfg), "doctor", "--json", timeout=120)
+    auth = next(c for c in json.loads(bad.stdout)["checks"] if c["check"] == "auth")
+    assert bad.returncode == 1 and auth["status"] == "fail" and op.issuer in auth["detail"], auth
 
 
 # --- tenants ------------------------------------------------------------------------------------

@@ -81,6 +81,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     if let Some(config) = &config {
         checks.push(policy_check(cli, config));
         checks.push(search_check(config));
+        checks.push(auth_check(config));
         if let Ok(dir) = setup::data_dir(cli) {
             checks.push(packages_check(config, &dir));
         }
@@ -272,6 +273,70 @@ fn search_check(config: &cem_config::Config) -> Check {
         name: "search",
         status,
         detail: format!("tools are ranked {}", ranking.describe()),
+    }
+}
+
+/// Who may call over HTTP; with OAuth, whether the identity provider's
+/// metadata and key set can be fetched now.
+fn auth_check(config: &cem_config::Config) -> Check {
+    let auth = &config.auth;
+    let tokens = match auth.tokens.len() {
+        0 => String::new(),
+        n => format!(
+            "{n} static token(s) ({}); ",
+            auth.tokens.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    };
+    let quotas = if config.quotas == cem_config::QuotaConfig::default() {
+        "no quotas"
+    } else {
+        "quotas set"
+    };
+    if auth.oauth.is_none() {
+        let who = if auth.tokens.is_empty() {
+            "HTTP serves the local user only (loopback, or --auth-token)".to_string()
+        } else {
+            format!("{tokens}each is its own tenant")
+        };
+        return Check {
+            name: "auth",
+            status: Status::Ok,
+            detail: format!("{who}; {quotas}"),
+        };
+    }
+    let authenticator = cem_auth::Authenticator::new(auth, None);
+    let Some(verifier) = authenticator.oauth() else {
+        return Check {
+            name: "auth",
+            status: Status::Fail,
+            detail: "auth.oauth is set but could not be used".into(),
+        };
+    };
+    let checked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(verifier.check()).map_err(|e| e.to_string()));
+    match checked {
+        Ok(report) => Check {
+            name: "auth",
+            status: Status::Ok,
+            detail: format!(
+                "{tokens}OAuth: issuer {}, audience {}, keys {} from {}; {quotas}",
+                verifier.issuer(),
+                verifier.audience(),
+                report.kids.join(", "),
+                report.jwks_uri
+            ),
+        },
+        Err(e) => Check {
+            name: "auth",
+            status: Status::Fail,
+            detail: format!(
+                "OAuth: cannot use the identity provider {}: {e}. Access tokens are refused until it answers",
+                verifier.issuer()
+            ),
+        },
     }
 }
 

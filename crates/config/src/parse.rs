@@ -891,12 +891,13 @@ impl Cx<'_> {
                 *slot = None;
                 continue;
             }
-            let unit = if field == "workspace_bytes" {
-                "bytes"
-            } else {
-                "a count"
+            let (unit, max) = match field.as_str() {
+                "workspace_bytes" => ("bytes", 1 << 50),
+                "sessions" => ("sessions", 1_000_000),
+                "requests_per_minute" => ("requests", 1_000_000),
+                _ => ("executions", 1_000_000),
             };
-            *slot = self.positive(&key, v, 1, u64::MAX >> 1, unit).or(*slot);
+            *slot = self.positive(&key, v, 1, max, unit).or(*slot);
         }
         q
     }

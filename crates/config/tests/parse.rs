@@ -159,6 +159,52 @@ fn package_settings_are_checked() {
 }
 
 #[test]
+fn auth_and_quota_settings_are_checked() {
+    insta::assert_snapshot!(error(
+        r#"{"auth": {"tokens": {"alice": "short", "bob/x": "0123456789abcdef0123",
+                                "carol": "0123456789abcdef0123"},
+                     "oauth": {"algorithms": ["HS256"], "scopes": {"run": "x", "execute": "two words"},
+                               "leeway_seconds": 9999, "colour": 1}},
+            "quotas": {"sessions": 0, "workspace_bytes": "1GB", "burst": 3}}"#
+    ));
+}
+
+#[test]
+fn auth_settings_are_read() -> Result<(), ConfigError> {
+    let parsed = parse_str(
+        r#"{"auth": {"resource": "https://mcp.example.com/mcp",
+                     "tokens": {"alice": "${ALICE}"},
+                     "oauth": {"issuer": "https://idp.example.com/realms/eng",
+                               "scopes": {"execute": "mcp.execute"}}},
+            "quotas": {"sessions": 4, "requests_per_minute": 600}}"#,
+        Path::new("mcp_config.json"),
+        &|name| (name == "ALICE").then(|| "alice-token-0123456789".to_string()),
+    )?;
+    let auth = &parsed.config.auth;
+    assert_eq!(auth.tokens["alice"].expose(), "alice-token-0123456789");
+    let oauth = auth
+        .oauth
+        .as_ref()
+        .map(|o| (o.issuer.clone(), o.algorithms.clone(), o.leeway_seconds));
+    assert_eq!(
+        oauth,
+        Some((
+            "https://idp.example.com/realms/eng".into(),
+            vec!["RS256".into(), "ES256".into()],
+            30
+        ))
+    );
+    let scope = auth
+        .oauth
+        .as_ref()
+        .map(|o| o.scope_of(cem_config::Ability::Execute).to_string());
+    assert_eq!(scope.as_deref(), Some("mcp.execute"));
+    assert_eq!(parsed.config.quotas.sessions, Some(4));
+    assert_eq!(parsed.config.quotas.concurrent_executions, None);
+    Ok(())
+}
+
+#[test]
 fn not_an_object() {
     insta::assert_snapshot!(error("[1, 2]"));
     insta::assert_snapshot!(error(r#"{"mcpServers": []}"#));
