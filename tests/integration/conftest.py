@@ -63,14 +63,16 @@ class HttpServer:
         return self.log.read_text(errors="replace")
 
 
-def start_http(data_dir: Path, *extra: str, env: dict | None = None) -> HttpServer:
-    """Starts `serve --http 127.0.0.1:0` and waits for its 'listening on' line."""
+def start_http(data_dir: Path, *extra: str, env: dict | None = None, addr: str = "127.0.0.1:0",
+               config: Path | None = None) -> HttpServer:
+    """Starts `serve --http ADDR` (with `--config CONFIG`) and waits for its 'listening on' line."""
     log = data_dir.parent / f"http-{time.monotonic_ns()}.log"
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
     full_env.update(env or {})
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [str(BIN), "--data-dir", str(data_dir), "serve", "--http", "127.0.0.1:0", *extra],
+            [str(BIN), "--data-dir", str(data_dir), *(["--config", str(config)] if config else []),
+             "serve", "--http", addr, *extra],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
-import subprocess
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import BIN, HttpServer, run_cli
+from conftest import HttpServer, run_cli, start_http
 from oidc import OTHER_RESOURCE, OidcProvider, free_port
 
 pytestmark = pytest.mark.anyio
@@ -37,26 +35,10 @@ def anyio_backend():
 
 
 def start_server(data_dir: Path, port: int, config: dict) -> HttpServer:
-    """`serve --http 127.0.0.1:PORT` with `config`; waits for its 'listening on' line."""
+    """`serve --http 127.0.0.1:PORT` with `config` (the port is the token audience, so it is fixed)."""
     cfg = data_dir.parent / f"config-{port}.json"
     cfg.write_text(json.dumps(config))
-    log = data_dir.parent / f"http-{port}-{time.monotonic_ns()}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [str(BIN), "--data-dir", str(data_dir), "--config", str(cfg), "serve", "--http", f"127.0.0.1:{port}"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=data_dir,
-        )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        m = re.search(r"listening on (http://127\.0\.0\.1:(\d+)/mcp)", log.read_text(errors="replace"))
-        if m:
-            return HttpServer(proc, m.group(1), int(m.group(2)), log)
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}: {log.read_text()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"server did not start listening: {log.read_text()}")
+    return start_http(data_dir, addr=f"127.0.0.1:{port}", config=cfg)
 
 
 def oauth_config(resource: str, issuer: str, **extra) -> dict:
@@ -340,7 +322,7 @@ async def test_two_principals_never_see_each_others_data(idp):
 
 
 def server_data(server: HttpServer) -> Path:
-    return Path(server.proc.args[2])
+    return Path(server.proc.args[2])  # [BIN, '--data-dir', DIR, ...]
 
 
 # --- quotas -------------------------------------------------------------------------------------
