@@ -39,8 +39,6 @@ pub struct KeySetReport {
     pub jwks_uri: String,
     /// Key ids (or `-` for a key without one).
     pub kids: Vec<String>,
-    /// Keys skipped (encryption keys, unknown types), with why.
-    pub skipped: Vec<String>,
 }
 
 /// The cached key set of one issuer.
@@ -160,7 +158,6 @@ impl KeyCache {
         Ok(KeySetReport {
             jwks_uri: uri,
             kids,
-            skipped,
         })
     }
 

@@ -23,7 +23,7 @@ mod verifier;
 pub use authenticator::Authenticator;
 pub use jwks::{KeyCache, KeySetReport};
 pub use metadata::{protected_resource_metadata, www_authenticate};
-pub use principal::{LOCAL_TENANT, Principal, PrincipalKind};
+pub use principal::{LOCAL_TENANT, Principal};
 pub use verifier::OAuthVerifier;
 
 pub use cem_config::Ability;

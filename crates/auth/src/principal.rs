@@ -10,17 +10,6 @@ use crate::Ability;
 /// credentials: today's data directory layout.
 pub const LOCAL_TENANT: &str = "local";
 
-/// How a principal proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PrincipalKind {
-    /// No per-person credential: stdio, loopback HTTP, `--auth-token`.
-    Local,
-    /// One of `auth.tokens`.
-    Static,
-    /// An access token of the identity provider.
-    OAuth,
-}
-
 /// Who is calling: the tenant whose workspace, skills, vault, sessions and
 /// audit trail it gets, and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +19,6 @@ pub struct Principal {
     pub tenant: String,
     /// A name for people: the token's name or the token's `sub`.
     pub name: String,
-    pub kind: PrincipalKind,
     abilities: BTreeSet<Ability>,
 }
 
@@ -40,7 +28,6 @@ impl Principal {
         Self {
             tenant: LOCAL_TENANT.to_string(),
             name: LOCAL_TENANT.to_string(),
-            kind: PrincipalKind::Local,
             abilities: BTreeSet::from([Ability::Admin]),
         }
     }
@@ -50,7 +37,6 @@ impl Principal {
         Self {
             tenant: format!("token-{name}"),
             name: name.to_string(),
-            kind: PrincipalKind::Static,
             abilities: BTreeSet::from([Ability::Admin]),
         }
     }
@@ -75,7 +61,6 @@ impl Principal {
         Self {
             tenant,
             name: sub.to_string(),
-            kind: PrincipalKind::OAuth,
             abilities,
         }
     }
@@ -83,11 +68,6 @@ impl Principal {
     /// Whether this principal may do what `ability` covers.
     pub fn can(&self, ability: Ability) -> bool {
         self.abilities.contains(&Ability::Admin) || self.abilities.contains(&ability)
-    }
-
-    /// The abilities granted, for stats and logs.
-    pub fn abilities(&self) -> impl Iterator<Item = Ability> + '_ {
-        self.abilities.iter().copied()
     }
 }
 

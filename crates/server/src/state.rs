@@ -48,10 +48,23 @@ pub struct AppState {
     pub paused: std::sync::Mutex<HashMap<String, crate::handler::Paused>>,
     /// This tenant's use of its `quotas`.
     pub quota: crate::quota::Quota,
-    /// The host's bound on executions at once, shared by every tenant.
-    running: Arc<tokio::sync::Semaphore>,
-    /// The static tool registry, shared by every tenant's catalog.
+}
+
+/// What every tenant of one server shares: taken from the config and the
+/// data directory for the local tenant, from the local state for others.
+struct Shared<'a> {
+    config: Config,
+    config_path: Option<PathBuf>,
+    data_dir: &'a Path,
+    tool_set: ToolSet,
+    /// The sandbox launcher, and whether `run --no-sandbox` asked for none.
+    exe: PathBuf,
+    no_sandbox: bool,
+    manager: Arc<Manager>,
     registry: Vec<cem_catalog::Entry>,
+    ranking: crate::discovery::Ranking,
+    /// The host's bound on executions at once.
+    running: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -119,28 +132,6 @@ impl AppState {
             path: data_dir.to_path_buf(),
             source,
         })?;
-        let workspace = Workspace::open_owned(
-            &data_dir.join("workspace"),
-            config.workspace.max_file_bytes,
-            // Sandboxed code must be able to write what the tools write.
-            cem_sandbox::sandbox_owner(),
-        )?;
-        let skills = SkillStore::open(&data_dir.join("skills"))?;
-        let running = Arc::new(tokio::sync::Semaphore::new(
-            config.sandbox.max_concurrent as usize,
-        ));
-        let engine = Engine::new(EngineOptions {
-            running: Some(running.clone()),
-            data_dir: data_dir.to_path_buf(),
-            workspace: workspace.root().to_path_buf(),
-            sandbox: config.sandbox.clone(),
-            exe,
-            extra_ro: vec![
-                (data_dir.join("servers"), "/servers".into()),
-                (skills.root().to_path_buf(), "/skills".into()),
-            ],
-            no_sandbox: mode.no_sandbox,
-        });
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
         let registry_dir = config
             .tools_registry
@@ -160,43 +151,27 @@ impl AppState {
             path: servers_dir.clone(),
             source,
         })?;
-        let catalog = Arc::new(CatalogService::new(
-            manager,
-            registry,
-            Some(data_dir.to_path_buf()),
-            Some(skills.clone()),
-            crate::discovery::Ranking::from_config(&config.search),
-            Some(data_dir.join("cache").join("vectors")),
-        ));
-        let registry = catalog.registry().to_vec();
         let audit_path = config
             .audit
             .path
             .clone()
             .unwrap_or_else(|| data_dir.join("audit").join("audit.jsonl"));
-        let gate = crate::gate::Gate::new(
-            config.policy.clone(),
-            cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
-            cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
-        );
-        Ok(Self {
-            tenant: cem_auth::LOCAL_TENANT.to_string(),
-            quota: crate::quota::Quota::new(&config.quotas),
-            running,
-            registry,
-            gate,
-            paused: std::sync::Mutex::new(HashMap::new()),
-            engine,
-            catalog,
+        let shared = Shared {
+            ranking: crate::discovery::Ranking::from_config(&config.search),
+            running: Some(Arc::new(tokio::sync::Semaphore::new(
+                config.sandbox.max_concurrent as usize,
+            ))),
             config,
             config_path,
-            data_dir: data_dir.to_path_buf(),
-            workspace,
-            skills,
+            data_dir,
             tool_set,
-            started: Instant::now(),
-            vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),
-        })
+            exe,
+            no_sandbox: mode.no_sandbox,
+            manager,
+            registry,
+        };
+        // The local tenant writes the wrappers every tenant mounts.
+        Self::assemble(shared, cem_auth::LOCAL_TENANT, data_dir, audit_path, true)
     }
 
     /// The state of tenant `id`, made from this (the local) state: its own
@@ -214,54 +189,90 @@ impl AppState {
             path: root.clone(),
             source,
         })?;
-        let config = self.config.clone();
+        let base = self.engine.options();
+        let shared = Shared {
+            config: self.config.clone(),
+            config_path: self.config_path.clone(),
+            data_dir: &self.data_dir,
+            tool_set: self.tool_set,
+            exe: base.exe.clone(),
+            no_sandbox: base.no_sandbox,
+            manager: self.catalog.manager().clone(),
+            registry: self.catalog.registry().to_vec(),
+            ranking: self.catalog.ranking().clone(),
+            running: base.running.clone(),
+        };
+        let audit_path = root.join("audit").join("audit.jsonl");
+        Self::assemble(shared, id, &root, audit_path, false)
+    }
+
+    /// One tenant's state: its workspace and skills under `root`, its
+    /// engine, catalog (writing the wrappers when `writes_wrappers`) and
+    /// gate (its audit log at `audit_path`).
+    fn assemble(
+        shared: Shared<'_>,
+        tenant: &str,
+        root: &Path,
+        audit_path: PathBuf,
+        writes_wrappers: bool,
+    ) -> Result<Self, StateError> {
+        let Shared {
+            config,
+            config_path,
+            data_dir,
+            tool_set,
+            exe,
+            no_sandbox,
+            manager,
+            registry,
+            ranking,
+            running,
+        } = shared;
         let workspace = Workspace::open_owned(
             &root.join("workspace"),
             config.workspace.max_file_bytes,
+            // Sandboxed code must be able to write what the tools write.
             cem_sandbox::sandbox_owner(),
         )?;
         let skills = SkillStore::open(&root.join("skills"))?;
-        let mut options = self.engine.options().clone();
-        options.workspace = workspace.root().to_path_buf();
-        options.extra_ro = vec![
-            (self.data_dir.join("servers"), "/servers".into()),
-            (skills.root().to_path_buf(), "/skills".into()),
-        ];
-        options.running = Some(self.running.clone());
-        let engine = Engine::new(options);
+        let engine = Engine::new(EngineOptions {
+            running,
+            data_dir: data_dir.to_path_buf(),
+            workspace: workspace.root().to_path_buf(),
+            sandbox: config.sandbox.clone(),
+            exe,
+            extra_ro: vec![
+                (data_dir.join("servers"), "/servers".into()),
+                (skills.root().to_path_buf(), "/skills".into()),
+            ],
+            no_sandbox,
+        });
         let catalog = Arc::new(CatalogService::new(
-            self.catalog.manager().clone(),
-            self.registry.clone(),
-            // The local catalog writes the wrappers every tenant mounts.
-            None,
+            manager,
+            registry,
+            writes_wrappers.then(|| data_dir.to_path_buf()),
             Some(skills.clone()),
-            self.catalog.ranking().clone(),
-            Some(self.data_dir.join("cache").join("vectors")),
+            ranking,
+            Some(data_dir.join("cache").join("vectors")),
         ));
         let gate = crate::gate::Gate::new(
             config.policy.clone(),
-            cem_store::PinStore::new(&self.data_dir.join("policy").join("pins")),
-            cem_audit::AuditLog::new(
-                root.join("audit").join("audit.jsonl"),
-                config.audit.max_bytes,
-                config.audit.keep,
-            ),
+            cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
+            cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
         );
         Ok(Self {
-            tenant: id.to_string(),
+            tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),
-            running: self.running.clone(),
-            registry: self.registry.clone(),
             gate,
             paused: std::sync::Mutex::new(HashMap::new()),
             engine,
             catalog,
             config,
-            config_path: self.config_path.clone(),
-            data_dir: self.data_dir.clone(),
+            config_path,
+            data_dir: data_dir.to_path_buf(),
             workspace,
             skills,
-            tool_set: self.tool_set,
+            tool_set,
             started: Instant::now(),
             vaults: Vaults::new(VAULT_IDLE, MAX_VAULTS, VAULT_BYTES),
         })
