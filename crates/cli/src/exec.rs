@@ -2,11 +2,10 @@
 
 use std::io::Read;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
+use cem_server::RunMode;
 use cem_server::tools::Answer;
-use cem_server::{AppState, ToolSet};
 
 use crate::args::{Cli, ExecArgs};
 use crate::setup;
@@ -25,18 +24,12 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.code.clone()
     };
-    let data_dir = setup::data_dir(cli)?;
-    let mut config = loaded.config;
-    // One snippet needs no warm pool.
-    config.sandbox.pool_size = 0;
-    let exe = std::env::current_exe().context("cannot find our own executable")?;
-    let state = Arc::new(AppState::open(
-        config,
+    let state = setup::one_off_state(
+        cli,
+        loaded.config,
         loaded.located.map(|l| l.path),
-        &data_dir,
-        ToolSet::Full,
-        exe,
-    )?);
+        RunMode::default(),
+    )?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let mut arguments = serde_json::Map::new();
     arguments.insert("code".into(), code.into());

@@ -2,11 +2,10 @@
 //! longer holds, and accepting them.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use cem_policy::ToolChange;
-use cem_server::{AppState, ToolSet};
+use cem_server::{AppState, RunMode};
 use serde_json::{Value, json};
 
 use crate::args::{Cli, PolicyCommand};
@@ -17,17 +16,12 @@ pub fn run(cli: &Cli, cmd: &PolicyCommand) -> anyhow::Result<ExitCode> {
         Ok(loaded) => loaded,
         Err(code) => return Ok(code),
     };
-    let data_dir = setup::data_dir(cli)?;
-    let mut config = loaded.config;
-    config.sandbox.pool_size = 0;
-    let exe = std::env::current_exe().context("cannot find our own executable")?;
-    let state = Arc::new(AppState::open(
-        config,
+    let state = setup::one_off_state(
+        cli,
+        loaded.config,
         loaded.located.map(|l| l.path),
-        &data_dir,
-        ToolSet::Full,
-        exe,
-    )?);
+        RunMode::default(),
+    )?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let outcome = runtime.block_on(async {
         let outcome = match cmd {

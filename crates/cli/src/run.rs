@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cem_engine::ExecRequest;
-use cem_server::{AppState, RunMode, ToolSet};
+use cem_server::RunMode;
 
 use crate::args::{Cli, RunArgs};
 use crate::setup;
@@ -22,9 +22,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     };
     let code = std::fs::read_to_string(&args.script)
         .with_context(|| format!("cannot read the script {}", args.script.display()))?;
-    let data_dir = setup::data_dir(cli)?;
     let mut config = loaded.config;
-    config.sandbox.pool_size = 0;
     let timeout = args.timeout.unwrap_or(config.sandbox.max_timeout_seconds);
     config.sandbox.max_timeout_seconds = config.sandbox.max_timeout_seconds.max(timeout);
     if args.no_sandbox {
@@ -32,18 +30,10 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
             "warning: --no-sandbox: the script runs WITHOUT isolation, with your user's rights"
         );
     }
-    let exe = std::env::current_exe().context("cannot find our own executable")?;
     let mode = RunMode {
         no_sandbox: args.no_sandbox,
     };
-    let state = Arc::new(AppState::open_with(
-        config,
-        loaded.located.map(|l| l.path),
-        &data_dir,
-        ToolSet::Full,
-        exe,
-        mode,
-    )?);
+    let state = setup::one_off_state(cli, config, loaded.located.map(|l| l.path), mode)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let name = args
         .script

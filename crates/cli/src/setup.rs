@@ -59,3 +59,24 @@ pub fn data_dir(cli: &Cli) -> anyhow::Result<PathBuf> {
     )?;
     Ok(base.join("code-execution-mcp"))
 }
+
+/// The local tenant's state for a one-off command (`exec`, `run`,
+/// `policy`): no warm pool, since at most one execution follows.
+pub fn one_off_state(
+    cli: &Cli,
+    mut config: Config,
+    config_path: Option<PathBuf>,
+    mode: cem_server::RunMode,
+) -> anyhow::Result<std::sync::Arc<cem_server::AppState>> {
+    let data_dir = data_dir(cli)?;
+    config.sandbox.pool_size = 0;
+    let exe = std::env::current_exe().context("cannot find our own executable")?;
+    Ok(std::sync::Arc::new(cem_server::AppState::open_with(
+        config,
+        config_path,
+        &data_dir,
+        cem_server::ToolSet::Full,
+        exe,
+        mode,
+    )?))
+}
