@@ -145,3 +145,13 @@ pub struct QuotaConfig {
     /// `Retry-After` beyond it).
     pub requests_per_minute: Option<u64>,
 }
+
+/// The `store` section: where the state nodes share lives.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreConfig {
+    /// `postgres://…`: skills, workspace files, vaults, audit records, pins,
+    /// tool lists and quota counters live in PostgreSQL, so several nodes
+    /// behind a load balancer serve one consistent set of tenants. Unset:
+    /// the data directory alone (one machine).
+    pub url: Option<crate::Secret>,
+}

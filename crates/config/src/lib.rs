@@ -18,7 +18,7 @@ mod parse;
 mod requirement;
 mod secret;
 
-pub use access::{Ability, AuthConfig, OAuthConfig, QuotaConfig};
+pub use access::{Ability, AuthConfig, OAuthConfig, QuotaConfig, StoreConfig};
 /// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.
 pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};

@@ -28,6 +28,8 @@ pub struct Config {
     pub auth: crate::AuthConfig,
     /// Limits per tenant (`quotas`).
     pub quotas: crate::QuotaConfig,
+    /// Where state shared between nodes lives (`store`).
+    pub store: crate::StoreConfig,
 }
 
 /// The `search` section.

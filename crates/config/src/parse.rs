@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::access::{
     Ability, AuthConfig, DEFAULT_ALGORITHMS, KNOWN_ALGORITHMS, OAuthConfig, QuotaConfig,
+    StoreConfig,
 };
 use crate::expand::expand;
 use crate::model::{
@@ -118,6 +119,7 @@ impl Cx<'_> {
                 "search" => config.search = self.search(value),
                 "auth" => config.auth = self.auth(value),
                 "quotas" => config.quotas = self.quotas(value),
+                "store" => config.store = self.store(value),
                 "tools_registry" => {
                     config.tools_registry =
                         self.expanded("tools_registry", value).map(PathBuf::from)
@@ -900,6 +902,36 @@ impl Cx<'_> {
             *slot = self.positive(&key, v, 1, max, unit).or(*slot);
         }
         q
+    }
+
+    fn store(&mut self, value: &Value) -> StoreConfig {
+        let mut store = StoreConfig::default();
+        let Some(obj) = self.object("store", value) else {
+            return store;
+        };
+        for (field, v) in obj {
+            match field.as_str() {
+                "url" => {
+                    let Some(url) = self.expanded("store.url", v) else {
+                        continue;
+                    };
+                    if url.is_empty() {
+                        // `"${STORE_URL}"` with the variable set empty: no store.
+                        continue;
+                    }
+                    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                        self.problem(
+                            "store.url",
+                            "expected a PostgreSQL URL (postgres://user:password@host:port/database)",
+                        );
+                        continue;
+                    }
+                    store.url = Some(Secret::new(url));
+                }
+                _ => self.unknown(&format!("store.{field}"), &["url"]),
+            }
+        }
+        store
     }
 
     // --- typed leaves -------------------------------------------------------

@@ -166,9 +166,79 @@ impl Vault {
         self.by_token.len()
     }
 
+    /// Every (kind, value, token) held, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = (Kind, &str, &str)> {
+        self.order
+            .iter()
+            .map(|(k, v, t)| (*k, v.as_str(), t.as_str()))
+    }
+
+    /// Takes in a token made elsewhere (another node's copy of this vault):
+    /// `value` restores from `token` from now on, and new tokens of its
+    /// kind number past it. False, changing nothing, when this vault holds
+    /// `token` for another value or `value` under another token.
+    pub fn adopt(&mut self, kind: Kind, value: &str, token: &str) -> bool {
+        let known_value = self.by_token.get(token);
+        let known_token = self.by_value.get(&(kind, value.to_string()));
+        match (known_value, known_token) {
+            (Some(v), Some(t)) if v == value && t == token => return true,
+            (None, None) => {}
+            _ => return false,
+        }
+        let Some(n) = token_number(kind, token) else {
+            return false;
+        };
+        let next = self.next.entry(kind).or_insert(0);
+        *next = (*next).max(n);
+        self.bytes += entry_bytes(value, token);
+        self.by_value
+            .insert((kind, value.to_string()), token.to_string());
+        self.by_token.insert(token.to_string(), value.to_string());
+        self.order
+            .push_back((kind, value.to_string(), token.to_string()));
+        true
+    }
+
+    /// The token this vault holds for `value`.
+    pub fn token_of(&self, kind: Kind, value: &str) -> Option<&str> {
+        self.by_value
+            .get(&(kind, value.to_string()))
+            .map(String::as_str)
+    }
+
+    /// Drops `token` (its value no longer restores from it).
+    pub fn forget(&mut self, token: &str) {
+        if let Some(value) = self.by_token.remove(token) {
+            self.order.retain(|(_, _, t)| t != token);
+            self.by_value.retain(|_, t| t != token);
+            self.bytes = self.bytes.saturating_sub(entry_bytes(&value, token));
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_token.is_empty()
     }
+}
+
+/// The number of `token` when it is a token of `kind` (`[EMAIL_3]`: 3).
+fn token_number(kind: Kind, token: &str) -> Option<u64> {
+    let caps = TOKEN.captures(token)?;
+    (caps.get(0)?.as_str() == token && &caps[1] == kind.label())
+        .then(|| caps[2].parse().ok())
+        .flatten()
+}
+
+/// `text` with every token that `renamed` maps replaced by its new name,
+/// in one pass (so a chain of renames never applies twice).
+pub fn rename_tokens(text: &str, renamed: &HashMap<String, String>) -> String {
+    TOKEN
+        .replace_all(text, |c: &regex::Captures| {
+            renamed
+                .get(&c[0])
+                .cloned()
+                .unwrap_or_else(|| c[0].to_string())
+        })
+        .into_owned()
 }
 
 /// What one token costs: the value and the token are each kept three
@@ -297,6 +367,29 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adopted_tokens_restore_and_number_on() {
+        let mut v = Vault::new(1 << 20);
+        assert!(v.adopt(Kind::Email, "a@x.io", "[EMAIL_4]"));
+        assert!(v.adopt(Kind::Email, "a@x.io", "[EMAIL_4]"), "idempotent");
+        assert!(!v.adopt(Kind::Email, "b@x.io", "[EMAIL_4]"), "token taken");
+        assert!(!v.adopt(Kind::Email, "a@x.io", "[EMAIL_5]"), "value taken");
+        assert!(!v.adopt(Kind::Phone, "1", "[EMAIL_9]"), "wrong kind");
+        assert_eq!(v.restore("to [EMAIL_4]").text, "to a@x.io");
+        assert_eq!(v.token_for(Kind::Email, "c@x.io"), "[EMAIL_5]");
+        v.forget("[EMAIL_4]");
+        assert_eq!(v.restore("[EMAIL_4]").restored, 0);
+        assert_eq!(v.entries().count(), 1);
+        let renamed = HashMap::from([
+            ("[EMAIL_5]".to_string(), "[EMAIL_6]".to_string()),
+            ("[EMAIL_6]".to_string(), "[EMAIL_7]".to_string()),
+        ]);
+        assert_eq!(
+            rename_tokens("[EMAIL_5] [EMAIL_6]", &renamed),
+            "[EMAIL_6] [EMAIL_7]"
+        );
+    }
 
     #[test]
     fn tokens_are_stable_and_restore() {

@@ -34,4 +34,4 @@ pub use skills::{
     Analysis, CODE_FILE, KEEP_VERSIONS, MAX_CODE_BYTES, MAX_DESCRIPTION, Saved, Skill, SkillStore,
     check_code, check_description, code_hash,
 };
-pub use workspace::{Entry, LIST_LIMIT, Listing, MAX_DEPTH, Usage, Workspace, Written};
+pub use workspace::{Entry, FileStamp, LIST_LIMIT, Listing, MAX_DEPTH, Usage, Workspace, Written};

@@ -333,7 +333,9 @@ impl SkillStore {
         std::fs::read_to_string(self.root.join(GENERATION)).unwrap_or_default()
     }
 
-    fn bump_generation(&self) {
+    /// Marks the store changed for every catalog watching it (a replica
+    /// that rewrote skill files calls it).
+    pub fn bump_generation(&self) {
         let stamp = format!("{}-{}", std::process::id(), unique());
         if let Err(e) = write_atomic(&self.root.join(GENERATION), stamp.as_bytes()) {
             // Only other processes' catalogs depend on it; they refresh on restart.

@@ -64,6 +64,16 @@ pub struct Listing {
     pub truncated: bool,
 }
 
+/// A regular file as a replica sees it: enough to tell it changed
+/// without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    pub path: String,
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub modified_ns: i128,
+}
+
 /// Totals for `get_execution_stats`.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Usage {
@@ -381,6 +391,45 @@ impl Workspace {
         )
         .map_err(|e| WorkspaceError::io(&shown, e))?;
         Ok(listing)
+    }
+
+    /// Every regular file of the workspace (symlinks and special files are
+    /// not followed or listed), at most a few hundred thousand.
+    pub fn files(&self) -> Result<Vec<FileStamp>, WorkspaceError> {
+        self.check_root()?;
+        let mut files = Vec::new();
+        let mut seen = 0usize;
+        let start = self
+            .dir
+            .try_clone()
+            .map_err(|e| WorkspaceError::io(".", e))?;
+        let mut collect = |entry: Entry, meta: &cap_std::fs::Metadata| {
+            seen += 1;
+            if entry.kind == "file" {
+                use cap_std::fs::MetadataExt;
+                files.push(FileStamp {
+                    path: entry.path,
+                    size: entry.size,
+                    modified_ns: i128::from(meta.mtime()) * 1_000_000_000
+                        + i128::from(meta.mtime_nsec()),
+                });
+            }
+            seen < USAGE_BUDGET
+        };
+        walk(&start, Path::new(""), &mut collect, false).map_err(|e| WorkspaceError::io(".", e))?;
+        Ok(files)
+    }
+
+    /// Removes one file (never a directory, never through a symlink).
+    /// False when it was not there.
+    pub fn remove(&self, path: &str) -> Result<bool, WorkspaceError> {
+        self.check_root()?;
+        let rel = file_path(path)?;
+        match self.dir.remove_file(&rel) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(WorkspaceError::io(&rel.display().to_string(), e)),
+        }
     }
 
     /// Counts files and bytes in the whole workspace (a lower bound when

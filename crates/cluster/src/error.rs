@@ -1,0 +1,26 @@
+//! What can go wrong talking to the store.
+
+/// A store failure, worded for the agent or operator who sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("store.url is not a usable PostgreSQL URL: {reason}")]
+    Url { reason: String },
+    #[error(
+        "the shared store (PostgreSQL) cannot be reached: {0}; check that it runs and that store.url is right, then retry"
+    )]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error(
+        "the shared store (PostgreSQL) failed: {0}; retry, and tell the operator if it persists"
+    )]
+    Database(#[from] tokio_postgres::Error),
+    #[error("the local copy of shared state could not be written: {0}")]
+    Local(String),
+    #[error("{0}")]
+    Conflict(String),
+}
+
+impl From<tokio::task::JoinError> for ClusterError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        ClusterError::Local(format!("a background task failed: {e}"))
+    }
+}
