@@ -16,6 +16,6 @@ mod log;
 mod query;
 mod redact;
 
-pub use log::{AuditError, AuditLog};
+pub use log::{AuditError, AuditLog, AuditSink};
 pub use query::{Filter, read};
 pub use redact::redact;

@@ -27,6 +27,12 @@ pub enum AuditError {
     },
 }
 
+/// Somewhere else every record goes too (a deployment's shared store).
+pub trait AuditSink: Send + Sync + std::fmt::Debug {
+    /// Takes one record, redacted already. Must not block.
+    fn record(&self, record: &Value);
+}
+
 /// An append-only JSON-lines file, rotated when it reaches `max_bytes`.
 #[derive(Debug)]
 pub struct AuditLog {
@@ -34,6 +40,7 @@ pub struct AuditLog {
     max_bytes: u64,
     keep: u32,
     file: Mutex<Option<File>>,
+    sink: std::sync::OnceLock<std::sync::Arc<dyn AuditSink>>,
 }
 
 impl AuditLog {
@@ -45,7 +52,13 @@ impl AuditLog {
             max_bytes: max_bytes.max(4096),
             keep: keep.max(1),
             file: Mutex::new(None),
+            sink: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sends every record appended from now on to `sink` as well (once).
+    pub fn set_sink(&self, sink: std::sync::Arc<dyn AuditSink>) {
+        let _ = self.sink.set(sink);
     }
 
     pub fn path(&self) -> &Path {
@@ -67,6 +80,9 @@ impl AuditLog {
         }
         let mut record = Value::Object(record);
         redact_value(&mut record);
+        if let Some(sink) = self.sink.get() {
+            sink.record(&record);
+        }
         let mut line = record.to_string();
         line.push('\n');
         let fail = |source| AuditError::Write {

@@ -65,6 +65,21 @@ impl Principal {
         }
     }
 
+    /// A principal another node of the deployment authenticated and
+    /// vouches for (on the internal endpoint, which only nodes can reach).
+    pub fn vouched(tenant: String, name: String, abilities: BTreeSet<Ability>) -> Self {
+        Self {
+            tenant,
+            name,
+            abilities,
+        }
+    }
+
+    /// What this principal may do.
+    pub fn abilities(&self) -> &BTreeSet<Ability> {
+        &self.abilities
+    }
+
     /// Whether this principal may do what `ability` covers.
     pub fn can(&self, ability: Ability) -> bool {
         self.abilities.contains(&Ability::Admin) || self.abilities.contains(&ability)

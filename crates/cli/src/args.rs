@@ -283,6 +283,22 @@ pub struct ServeArgs {
     )]
     pub auth_token: Option<String>,
 
+    /// The shared store (PostgreSQL) of a deployment of many nodes:
+    /// overrides `store.url`. Prefer the environment variable (a password
+    /// on the command line shows in `ps`).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CODE_EXECUTION_MCP_STORE_URL",
+        hide_env_values = true
+    )]
+    pub store_url: Option<String>,
+
+    /// How the other nodes reach this one (with a shared store), e.g.
+    /// http://10.0.0.5:8765; default: http:// and the --http address.
+    #[arg(long, value_name = "URL", env = "CODE_EXECUTION_MCP_NODE_URL")]
+    pub node_url: Option<String>,
+
     /// Also accept this Host header (repeatable); loopback names are always accepted.
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,

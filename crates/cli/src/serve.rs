@@ -22,16 +22,36 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let exe =
         std::env::current_exe().context("cannot find our own executable (the sandbox launcher)")?;
-    let state = AppState::open(
+    let mut state = AppState::open(
         loaded.config,
         loaded.located.map(|l| l.path),
         &data_dir,
         tool_set,
         exe,
     )?;
-    let state = Arc::new(state);
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let store_url = args
+        .store_url
+        .clone()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            state
+                .config
+                .store
+                .url
+                .as_ref()
+                .map(|u| u.expose().to_string())
+        });
+    let cluster = match store_url {
+        None => None,
+        Some(url) => Some(runtime.block_on(join_cluster(&url, args))?),
+    };
+    let _guard = runtime.enter();
+    if let Some(cluster) = &cluster {
+        state.join(cluster.clone());
+    }
+    let state = Arc::new(state);
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
         // Install the handlers before serving, so a signal that arrives
@@ -79,6 +99,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 let options = HttpOptions {
                     addr,
                     auth,
+                    cluster,
                     allowed_hosts: args.allowed_hosts.clone(),
                     allowed_origins: args.allowed_origins.clone(),
                 };
@@ -99,6 +120,34 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     // Do not wait for blocked stdin reads or idle tasks on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Connects to the deployment's store as the node `--node-url` names.
+async fn join_cluster(url: &str, args: &ServeArgs) -> anyhow::Result<Arc<cem_cluster::Cluster>> {
+    let Some(addr) = args.http else {
+        anyhow::bail!(
+            "a shared store (store.url or CODE_EXECUTION_MCP_STORE_URL) is for nodes serving HTTP; \
+             add --http ADDR, or unset the store to serve stdio from the data directory"
+        );
+    };
+    let node_url = match &args.node_url {
+        Some(u) => u.trim_end_matches('/').to_string(),
+        None if addr.ip().is_unspecified() || addr.port() == 0 => anyhow::bail!(
+            "with a shared store, other nodes must reach this one: give --node-url \
+             (e.g. --node-url http://10.0.0.5:{}), since --http {addr} does not say how",
+            addr.port()
+        ),
+        None => format!("http://{addr}"),
+    };
+    url::Url::parse(&node_url)
+        .ok()
+        .filter(|u| u.scheme() == "http" || u.scheme() == "https")
+        .with_context(|| format!("--node-url {node_url:?} is not an http(s) URL"))?;
+    let cluster = cem_cluster::Cluster::connect(url, &node_url)
+        .await
+        .context("cannot join the shared store")?;
+    tracing::info!(node = %node_url, "a node of a deployment sharing one store");
+    Ok(cluster)
 }
 
 type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;

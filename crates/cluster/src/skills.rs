@@ -13,14 +13,19 @@ use crate::{Cluster, ClusterError, LOCK, bump, generation};
 type Files = Vec<(String, Vec<u8>)>;
 
 impl Cluster {
-    /// Brings `store` (the tenant's local skills) up to date.
-    pub async fn pull_skills(&self, tenant: &str, store: &SkillStore) -> Result<(), ClusterError> {
+    /// Brings `store` (the tenant's local skills) up to date; true when
+    /// anything changed.
+    pub async fn pull_skills(
+        &self,
+        tenant: &str,
+        store: &SkillStore,
+    ) -> Result<bool, ClusterError> {
         let replica = self.replica(tenant);
         let mut pulled = replica.skills.lock().await;
         let client = self.client().await?;
         let current = generation(&client, tenant, "skills_gen").await?;
         if *pulled == Some(current) {
-            return Ok(());
+            return Ok(false);
         }
         let rows = client
             .query(
@@ -55,7 +60,7 @@ impl Cluster {
         })
         .await??;
         *pulled = Some(current);
-        Ok(())
+        Ok(true)
     }
 
     /// Runs `work` (a save or delete of skill `name` on `store`) as the

@@ -27,6 +27,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::forward::{self, Forwarder};
 use crate::{McpHandler, ServeError, Tenants};
 
 /// How to serve over HTTP.
@@ -40,6 +41,8 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin` values to accept besides loopback origins.
     pub allowed_origins: Vec<String>,
+    /// The deployment's shared store, when this is one node of many.
+    pub cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
 /// Sessions remembered with their owner before old ones are forgotten.
@@ -52,6 +55,8 @@ struct Guard {
     /// Which tenant began each MCP session (`Mcp-Session-Id`).
     owners: Mutex<HashMap<String, (String, Instant)>>,
     body_limit: usize,
+    /// Relays requests to the node holding their session (with a store).
+    forwarder: Option<Forwarder>,
 }
 
 /// Serves until `shutdown` is cancelled. `on_ready` gets the bound address
@@ -80,6 +85,15 @@ pub async fn serve_http(
     // Clients reach the server at its resource URL (often through a proxy).
     if let Some(host) = options.auth.resource().and_then(|r| r.host_str()) {
         hosts.push(host.to_string());
+    }
+    // Peers reach this node at its node URL.
+    if let Some(host) = options
+        .cluster
+        .as_ref()
+        .and_then(|c| url::Url::parse(c.node_url()).ok())
+        .and_then(|u| u.host_str().map(str::to_string))
+    {
+        hosts.push(host);
     }
     hosts.extend(options.allowed_hosts.iter().cloned());
     let mut origins: Vec<String> = vec![
@@ -112,14 +126,23 @@ pub async fn serve_http(
         tenants,
         owners: Mutex::new(HashMap::new()),
         body_limit,
+        forwarder: options.cluster.clone().map(Forwarder::new),
     });
     let metadata = options.auth.clone();
     // The guard covers /mcp only: the metadata is public.
     let mcp = Router::new()
-        .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(guard, guard_layer));
+        .nest_service("/mcp", service.clone())
+        .layer(middleware::from_fn_with_state(guard.clone(), guard_layer));
+    // Relayed by peers: the node key instead of a client credential.
+    let internal = Router::new()
+        .nest_service(forward::INTERNAL_PATH, service)
+        .layer(middleware::from_fn_with_state(guard, internal_layer));
+    let health_cluster = options.cluster.clone();
     let router = Router::new()
         .merge(mcp)
+        .merge(internal)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(move || readiness(health_cluster.clone())))
         .route(
             "/.well-known/oauth-protected-resource",
             get({
@@ -157,17 +180,73 @@ async fn resource_metadata(auth: Arc<Authenticator>) -> Response {
     axum::Json(body).into_response()
 }
 
-async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    match guard.check(request).await {
-        Ok((request, principal, new_session)) => {
-            let deleting = request.method() == Method::DELETE;
-            let session = session_id(&request);
-            let response = next.run(request).await;
-            guard.remember(&principal, session, deleting, new_session, &response);
-            response
-        }
-        Err(response) => response,
+/// 200 when this node can serve: its store (if any) answers.
+async fn readiness(cluster: Option<Arc<cem_cluster::Cluster>>) -> Response {
+    match cluster {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(c) => match c.ready().await {
+            Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+            Err(e) => plain(StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {e}")),
+        },
     }
+}
+
+async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let mut response = match guard.check(request).await {
+        Ok((request, principal, new_session)) => match guard.route(request, &principal).await {
+            Err(relayed) => relayed,
+            Ok(request) => {
+                let deleting = request.method() == Method::DELETE;
+                let session = session_id(&request);
+                let response = next.run(request).await;
+                guard.remember(&principal, session, deleting, new_session, &response);
+                response
+            }
+        },
+        Err(response) => response,
+    };
+    if let Some(f) = &guard.forwarder
+        && !response.headers().contains_key(forward::NODE_HEADER)
+        && let Ok(v) = HeaderValue::from_str(f.cluster.node_url())
+    {
+        response.headers_mut().insert(forward::NODE_HEADER, v);
+    }
+    response
+}
+
+/// The internal endpoint: requests a peer relayed, with the node key and
+/// the principal that peer authenticated. Never relayed again.
+async fn internal_layer(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let Some(f) = &guard.forwarder else {
+        return plain(StatusCode::NOT_FOUND, "not found".into());
+    };
+    let key_ok = request
+        .headers()
+        .get(forward::NODE_KEY_HEADER)
+        .is_some_and(|k| forward::key_matches(k.as_bytes(), f.cluster.node_key()));
+    let principal = request
+        .headers()
+        .get(forward::PRINCIPAL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(forward::decode_principal);
+    let (true, Some(principal)) = (key_ok, principal) else {
+        return plain(
+            StatusCode::FORBIDDEN,
+            "this endpoint is for the server's own nodes; clients use /mcp".into(),
+        );
+    };
+    let (mut parts, body) = request.into_parts();
+    parts.extensions.insert(principal.clone());
+    let request = Request::from_parts(parts, body);
+    let deleting = request.method() == Method::DELETE;
+    let session = session_id(&request);
+    let new_session = session.is_none();
+    let mut response = next.run(request).await;
+    guard.remember(&principal, session, deleting, new_session, &response);
+    if let Ok(v) = HeaderValue::from_str(f.cluster.node_url()) {
+        response.headers_mut().insert(forward::NODE_HEADER, v);
+    }
+    response
 }
 
 impl Guard {
@@ -246,6 +325,74 @@ impl Guard {
         ))
     }
 
+    /// With a shared store: the request itself when this node serves it,
+    /// or the answer of the node that holds its session.
+    async fn route(&self, request: Request, principal: &Principal) -> Result<Request, Response> {
+        let Some(f) = &self.forwarder else {
+            return Ok(request);
+        };
+        let (parts, body) = request.into_parts();
+        let bytes = axum::body::to_bytes(body, self.body_limit)
+            .await
+            .unwrap_or_default();
+        let here = f.cluster.node_url();
+        let session = parts
+            .headers
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let stateless = session.is_none()
+            && parts
+                .headers
+                .get("mcp-protocol-version")
+                .and_then(|v| v.to_str().ok())
+                == Some("2026-07-28");
+        if stateless && let Some((id, rpc_id)) = forward::interpreter_session(&bytes) {
+            let kind = cem_cluster::SessionKind::Interpreter;
+            let holder = f.cluster.locate(kind, &principal.tenant, &id).await;
+            if let Ok(Some(node)) = holder
+                && node != here
+            {
+                return Err(match f.relay(&node, &parts, bytes, principal).await {
+                    Ok(answer) => answer,
+                    Err(forward::Failed::Unreachable(why)) => {
+                        let _ = f.cluster.release(kind, &principal.tenant, &id).await;
+                        tracing::warn!(%node, session = %id, %why, "an interpreter session's node is gone");
+                        forward::session_lost(rpc_id, &id, &node, &why)
+                    }
+                });
+            }
+        }
+        if let Some(id) = &session {
+            let known_here = self.owners.lock().is_ok_and(|o| o.contains_key(id));
+            if !known_here && let Ok(Some((owner, node))) = f.cluster.locate_mcp(id).await {
+                if owner != principal.tenant {
+                    return Err(plain(
+                        StatusCode::NOT_FOUND,
+                        "session not found: start a new one with an initialize request".into(),
+                    ));
+                }
+                if node != here {
+                    return Err(match f.relay(&node, &parts, bytes, principal).await {
+                        Ok(answer) => answer,
+                        Err(forward::Failed::Unreachable(why)) => {
+                            let kind = cem_cluster::SessionKind::Mcp;
+                            let _ = f.cluster.release(kind, &owner, id).await;
+                            plain(
+                                StatusCode::NOT_FOUND,
+                                format!(
+                                    "session not found: the server node that held it ({node}) is gone ({why}); \
+                                     start a new session with an initialize request"
+                                ),
+                            )
+                        }
+                    });
+                }
+            }
+        }
+        Ok(Request::from_parts(parts, Body::from(bytes)))
+    }
+
     /// Notes the owner of a session the response just began, and forgets
     /// one the client ended.
     fn remember(
@@ -262,6 +409,7 @@ impl Guard {
         if deleting {
             if let Some(id) = session {
                 owners.remove(&id);
+                self.share(cem_cluster::SessionKind::Mcp, &principal.tenant, &id, false);
             }
             return;
         }
@@ -283,6 +431,26 @@ impl Guard {
             owners.retain(|_, (_, t)| *t > cut);
         }
         owners.insert(id.to_string(), (principal.tenant.clone(), Instant::now()));
+        self.share(cem_cluster::SessionKind::Mcp, &principal.tenant, id, true);
+    }
+
+    /// Records in the store (in the background) that this node holds, or
+    /// no longer holds, MCP session `id`.
+    fn share(&self, kind: cem_cluster::SessionKind, tenant: &str, id: &str, held: bool) {
+        let Some(f) = &self.forwarder else {
+            return;
+        };
+        let (cluster, tenant, id) = (f.cluster.clone(), tenant.to_string(), id.to_string());
+        tokio::spawn(async move {
+            let done = if held {
+                cluster.claim(kind, &tenant, &id).await
+            } else {
+                cluster.release(kind, &tenant, &id).await
+            };
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "a session's node was not recorded in the store");
+            }
+        });
     }
 
     fn refuse(&self, rejection: &Rejection) -> Response {

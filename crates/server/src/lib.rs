@@ -10,7 +10,9 @@
 
 pub mod approval;
 pub mod bridge;
+pub mod cluster;
 pub mod discovery;
+mod forward;
 pub mod gate;
 mod handler;
 mod http;

@@ -145,10 +145,11 @@ pub async fn save(
         None => analyze(state, &parsed, code).await?,
     };
     let store = state.skills.clone();
-    let (name, description, code) = (name.to_string(), description.to_string(), code.to_string());
-    let saved =
-        crate::tools::blocking(move || Ok(store.save(&name, &description, &code, &analysis)?))
-            .await?;
+    let (owned, description, code) = (name.to_string(), description.to_string(), code.to_string());
+    let saved = crate::cluster::change_skill(state, name, move || {
+        store.save(&owned, &description, &code, &analysis)
+    })
+    .await??;
     if !saved.unchanged {
         state.catalog.skills_changed().await;
     }
@@ -158,8 +159,8 @@ pub async fn save(
 /// Deletes a skill with its versions; returns how many versions went.
 pub async fn delete(state: &Arc<AppState>, name: &str) -> Result<usize, ToolFailure> {
     let store = state.skills.clone();
-    let name = name.to_string();
-    let gone = crate::tools::blocking(move || Ok(store.delete(&name)?)).await?;
+    let owned = name.to_string();
+    let gone = crate::cluster::change_skill(state, name, move || store.delete(&owned)).await??;
     state.catalog.skills_changed().await;
     Ok(gone)
 }

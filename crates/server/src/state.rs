@@ -32,7 +32,7 @@ pub struct AppState {
     /// Where the config came from, for `get_execution_stats` (None: defaults).
     pub config_path: Option<PathBuf>,
     pub data_dir: PathBuf,
-    pub workspace: Workspace,
+    pub workspace: Arc<Workspace>,
     /// Saved skills (`<data>/skills`, read-only at /skills in the sandbox).
     pub skills: SkillStore,
     pub tool_set: ToolSet,
@@ -48,6 +48,9 @@ pub struct AppState {
     pub paused: std::sync::Mutex<HashMap<String, crate::handler::Paused>>,
     /// This tenant's use of its `quotas`.
     pub quota: crate::quota::Quota,
+    /// The store shared with other nodes (`store.url`); None: this node's
+    /// data directory is the whole store.
+    pub cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
 /// What every tenant of one server shares: taken from the config and the
@@ -65,6 +68,7 @@ struct Shared<'a> {
     ranking: crate::discovery::Ranking,
     /// The host's bound on executions at once.
     running: Option<Arc<tokio::sync::Semaphore>>,
+    cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -98,6 +102,13 @@ impl AppState {
             approver: None,
             no_approver: "nothing here can ask a person".into(),
         }
+    }
+
+    /// Makes this (the local) state, and every tenant made from it, a node
+    /// of the deployment whose store `cluster` is.
+    pub fn join(&mut self, cluster: Arc<cem_cluster::Cluster>) {
+        crate::cluster::share_audit(&self.gate.audit, &cluster, &self.tenant);
+        self.cluster = Some(cluster);
     }
 
     /// Opens the data directory (creating it) and the workspace inside it.
@@ -169,6 +180,7 @@ impl AppState {
             no_sandbox: mode.no_sandbox,
             manager,
             registry,
+            cluster: None,
         };
         // The local tenant writes the wrappers every tenant mounts.
         Self::assemble(shared, cem_auth::LOCAL_TENANT, data_dir, audit_path, true)
@@ -201,6 +213,7 @@ impl AppState {
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
             running: base.running.clone(),
+            cluster: self.cluster.clone(),
         };
         let audit_path = root.join("audit").join("audit.jsonl");
         Self::assemble(shared, id, &root, audit_path, false)
@@ -227,13 +240,14 @@ impl AppState {
             registry,
             ranking,
             running,
+            cluster,
         } = shared;
-        let workspace = Workspace::open_owned(
+        let workspace = Arc::new(Workspace::open_owned(
             &root.join("workspace"),
             config.workspace.max_file_bytes,
             // Sandboxed code must be able to write what the tools write.
             cem_sandbox::sandbox_owner(),
-        )?;
+        )?);
         let skills = SkillStore::open(&root.join("skills"))?;
         let engine = Engine::new(EngineOptions {
             running,
@@ -260,7 +274,11 @@ impl AppState {
             cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
             cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
         );
+        if let Some(cluster) = &cluster {
+            crate::cluster::share_audit(&gate.audit, cluster, tenant);
+        }
         Ok(Self {
+            cluster,
             tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),
             gate,

@@ -60,6 +60,22 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         Err(e) => return Answer::Plain(Err(ToolFailure(e.message))),
     };
     let quotas = state.quota.config();
+    // Across nodes: the tenant's counters in the shared store.
+    let shared_slot = match shared_slot(state).await {
+        Ok(slot) => slot,
+        Err(e) => return Answer::Plain(Err(e)),
+    };
+    if let (Some(cluster), Some(id)) = (&state.cluster, &request.session_id)
+        && !session.key.starts_with("connection:")
+    {
+        // Any node that receives the next call of this session sends it here.
+        if let Err(e) = cluster
+            .claim(cem_cluster::SessionKind::Interpreter, &state.tenant, id)
+            .await
+        {
+            return Answer::Plain(Err(ToolFailure(e.to_string())));
+        }
+    }
     if quotas.workspace_bytes.is_some() {
         let st = state.clone();
         match super::blocking(move || Ok(st.workspace.usage()?)).await {
@@ -82,6 +98,11 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     let code_bytes = request.code.len();
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
     let outcome = state.engine.execute(request, Some(bridge)).await;
+    if let (Some(cluster), Some(slot)) = (&state.cluster, shared_slot)
+        && let Err(e) = cluster.finish_execution(slot).await
+    {
+        tracing::warn!(error = %e, "an execution's end was not recorded; its slot frees itself later");
+    }
     audit_execution(state, &exec, &code_digest, code_bytes, &outcome);
     match outcome {
         Ok(answer) => {
@@ -95,6 +116,39 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         }
         Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
         Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
+    }
+}
+
+/// One of the tenant's execution slots across all nodes (None: no store,
+/// or no limit that needs one).
+async fn shared_slot(state: &AppState) -> Result<Option<cem_cluster::ExecutionSlot>, ToolFailure> {
+    let Some(cluster) = &state.cluster else {
+        return Ok(None);
+    };
+    let q = state.quota.config();
+    if q.concurrent_executions.is_none() && q.executions_per_minute.is_none() {
+        return Ok(None);
+    }
+    let stale = state.config.sandbox.max_timeout_seconds + 60;
+    match cluster
+        .start_execution(
+            &state.tenant,
+            q.concurrent_executions,
+            q.executions_per_minute,
+            stale,
+        )
+        .await?
+    {
+        Ok(slot) => Ok(Some(slot)),
+        Err(cem_cluster::Refused::Concurrent { limit }) => Err(ToolFailure(format!(
+            "quotas.concurrent_executions is {limit}, and that many of your executions are running on the server's nodes; wait for one to finish and retry"
+        ))),
+        Err(cem_cluster::Refused::PerMinute {
+            limit,
+            retry_after_secs,
+        }) => Err(ToolFailure(format!(
+            "quotas.executions_per_minute is {limit}, and you started that many in the last minute across the server's nodes; retry in {retry_after_secs} s"
+        ))),
     }
 }
 

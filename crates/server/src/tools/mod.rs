@@ -101,6 +101,20 @@ pub async fn call(
     if !listed {
         return None;
     }
+    if let Err(e) = crate::cluster::before_call(state, session).await {
+        return Some(Answer::Plain(Err(e)));
+    }
+    let mut answer = dispatch(state, name, args, session).await?;
+    crate::cluster::after_call(state, session, name, &mut answer).await;
+    Some(answer)
+}
+
+async fn dispatch(
+    state: &Arc<AppState>,
+    name: &str,
+    args: Args,
+    session: &Session,
+) -> Option<Answer> {
     let answer = match name {
         "execute_code" => return Some(execute::execute(state, args, session).await),
         "search_tools" => discovery::search(state, args).await,

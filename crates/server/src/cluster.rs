@@ -1,0 +1,144 @@
+//! Serving as one node of many: the tenant's shared state is pulled from
+//! the store before a tool runs and what the tool changed is pushed after
+//! it (see [`cem_cluster`]), so the next request can land on any node.
+
+use std::sync::Arc;
+
+use cem_audit::{AuditLog, AuditSink};
+use cem_cluster::Cluster;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::AppState;
+use crate::privacy::Session;
+use crate::tools::{Answer, ToolFailure};
+
+/// Tools after which the workspace copy may have changed.
+const WRITES_WORKSPACE: &[&str] = &["execute_code", "write_workspace_file"];
+
+/// Whether `session`'s vault is shared between nodes. A legacy MCP
+/// session's vault lives with the session on its one node; a stateless
+/// request's (keyed by principal) must follow the client anywhere.
+fn shared_vault(session: &Session) -> bool {
+    !session.key.starts_with("connection:")
+}
+
+/// Brings the tenant's skills, workspace and the session's vault up to
+/// date before a tool runs.
+pub async fn before_call(state: &AppState, session: &Session) -> Result<(), ToolFailure> {
+    let Some(cluster) = &state.cluster else {
+        return Ok(());
+    };
+    if cluster.pull_skills(&state.tenant, &state.skills).await? {
+        state.catalog.skills_changed().await;
+    }
+    cluster
+        .pull_workspace(&state.tenant, &state.workspace)
+        .await?;
+    if shared_vault(session) {
+        cluster.pull_vault(&session.key, &session.vault).await?;
+    }
+    Ok(())
+}
+
+/// Stores what the tool `name` changed; renames in `answer` any token
+/// another node had given out first.
+pub async fn after_call(state: &AppState, session: &Session, name: &str, answer: &mut Answer) {
+    let Some(cluster) = &state.cluster else {
+        return;
+    };
+    if let Err(e) = push(cluster, state, session, name, answer).await {
+        tracing::error!(error = %e, tool = name, tenant = %state.tenant, "the shared store was not updated");
+        let message = format!(
+            "{e}. The change was made on this node only and other nodes may not see it; retry the call"
+        );
+        *answer = Answer::Plain(Err(ToolFailure(message)));
+    }
+}
+
+async fn push(
+    cluster: &Cluster,
+    state: &AppState,
+    session: &Session,
+    name: &str,
+    answer: &mut Answer,
+) -> Result<(), cem_cluster::ClusterError> {
+    if WRITES_WORKSPACE.contains(&name) {
+        let pushed = cluster
+            .push_workspace(&state.tenant, &state.workspace)
+            .await?;
+        if !pushed.too_large.is_empty() {
+            tracing::warn!(files = ?pushed.too_large, "workspace files over workspace.max_file_bytes stay on this node");
+        }
+    }
+    if shared_vault(session) {
+        let renamed = cluster.push_vault(&session.key, &session.vault).await?;
+        if !renamed.0.is_empty() {
+            let body = match answer {
+                Answer::Plain(Ok(body)) | Answer::Flagged { body, .. } => Some(body),
+                Answer::Plain(Err(_)) => None,
+            };
+            if let Some(body) = body {
+                rename(body, &renamed.0);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rename(value: &mut Value, renamed: &std::collections::HashMap<String, String>) {
+    match value {
+        Value::String(s) if cem_pii::Vault::has_tokens(s) => {
+            *s = cem_pii::rename_tokens(s, renamed);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rename(v, renamed)),
+        Value::Object(map) => map.values_mut().for_each(|v| rename(v, renamed)),
+        _ => {}
+    }
+}
+
+/// Runs a skill save or delete as the one writer of that skill across
+/// nodes (or directly, on one machine).
+pub async fn change_skill<T: Send + 'static>(
+    state: &AppState,
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ToolFailure> {
+    match &state.cluster {
+        Some(cluster) => Ok(cluster
+            .change_skill(&state.tenant, &state.skills, name, work)
+            .await?),
+        None => crate::tools::blocking(move || Ok(work())).await,
+    }
+}
+
+/// Sends every audit record of `log` to the store as well, from a task
+/// of its own (appending must not wait on the network).
+pub fn share_audit(log: &AuditLog, cluster: &Arc<Cluster>, tenant: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!("no runtime: audit records stay in the local log");
+        return;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let cluster = cluster.clone();
+    let owner = tenant.to_string();
+    runtime.spawn(async move {
+        while let Some(record) = rx.recv().await {
+            if let Err(e) = cluster.audit(&owner, &record).await {
+                tracing::error!(error = %e, "an audit record reached the local log only");
+            }
+        }
+    });
+    log.set_sink(Arc::new(SharedAudit { tx }));
+}
+
+#[derive(Debug)]
+struct SharedAudit {
+    tx: mpsc::UnboundedSender<Value>,
+}
+
+impl AuditSink for SharedAudit {
+    fn record(&self, record: &Value) {
+        let _ = self.tx.send(record.clone());
+    }
+}

@@ -1,0 +1,184 @@
+//! Sending a request on to the node that holds its session.
+//!
+//! Interpreter sessions and legacy MCP sessions live in one node's process.
+//! The node a balancer picked looks the session up in the shared store and,
+//! when another node holds it, relays the request to that node's internal
+//! endpoint, streaming the answer back. The internal endpoint takes the
+//! deployment's node key (from the store) instead of a client credential,
+//! and the principal the first node authenticated.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use bytes::Bytes;
+use cem_auth::{Ability, Principal};
+use cem_cluster::Cluster;
+use futures_util::TryStreamExt;
+use serde_json::{Value, json};
+
+/// Where peers send relayed requests.
+pub const INTERNAL_PATH: &str = "/internal/mcp";
+/// The deployment's node key, on relayed requests.
+pub const NODE_KEY_HEADER: &str = "cem-node-key";
+/// The principal the relaying node authenticated.
+pub const PRINCIPAL_HEADER: &str = "cem-principal";
+/// On every answer of a node with a shared store: which node answered.
+pub const NODE_HEADER: &str = "cem-node";
+
+/// Request headers a relay passes on (the rest are the hop's own).
+const PASSED: &[&str] = &[
+    "content-type",
+    "accept",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "mcp-method",
+    "mcp-name",
+    "last-event-id",
+];
+
+/// Relays requests to peers.
+#[derive(Debug, Clone)]
+pub struct Forwarder {
+    client: reqwest::Client,
+    pub cluster: Arc<Cluster>,
+}
+
+/// Why a relay failed.
+pub enum Failed {
+    /// The node did not answer: it is gone (or unreachable from here).
+    Unreachable(String),
+}
+
+impl Forwarder {
+    pub fn new(cluster: Arc<Cluster>) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .build()
+            .unwrap_or_default();
+        Self { client, cluster }
+    }
+
+    /// Sends the request (`parts`, `body`) of `principal` to `node`.
+    pub async fn relay(
+        &self,
+        node: &str,
+        parts: &Parts,
+        body: Bytes,
+        principal: &Principal,
+    ) -> Result<Response, Failed> {
+        let url = format!("{node}{INTERNAL_PATH}");
+        let method = reqwest::Method::from_bytes(parts.method.as_str().as_bytes())
+            .unwrap_or(reqwest::Method::POST);
+        let mut request = self
+            .client
+            .request(method, &url)
+            .header(NODE_KEY_HEADER, self.cluster.node_key())
+            .header(PRINCIPAL_HEADER, encode_principal(principal))
+            .body(body);
+        for name in PASSED {
+            if let Some(v) = parts.headers.get(*name) {
+                request = request.header(*name, v.as_bytes());
+            }
+        }
+        let answer = request
+            .send()
+            .await
+            .map_err(|e| Failed::Unreachable(e.to_string()))?;
+        let status =
+            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut headers = HeaderMap::new();
+        for (name, value) in answer.headers() {
+            let passed = matches!(
+                name.as_str(),
+                "content-type"
+                    | "mcp-session-id"
+                    | "cache-control"
+                    | "www-authenticate"
+                    | NODE_HEADER
+            );
+            if passed
+                && let (Ok(n), Ok(v)) = (
+                    header::HeaderName::from_bytes(name.as_str().as_bytes()),
+                    HeaderValue::from_bytes(value.as_bytes()),
+                )
+            {
+                headers.insert(n, v);
+            }
+        }
+        // Streamed: an answer may be an SSE stream that lasts.
+        let stream = answer.bytes_stream().map_err(std::io::Error::other);
+        let mut response = Response::new(Body::from_stream(stream));
+        *response.status_mut() = status;
+        *response.headers_mut() = headers;
+        Ok(response)
+    }
+}
+
+/// The principal as the relaying node vouches for it.
+fn encode_principal(p: &Principal) -> String {
+    let abilities: Vec<&str> = p.abilities().iter().map(|a| a.as_str()).collect();
+    let text = json!({"tenant": p.tenant, "name": p.name, "abilities": abilities}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+/// The principal a peer vouched for, if the header is well formed.
+pub fn decode_principal(header: &str) -> Option<Principal> {
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    let tenant = value["tenant"].as_str()?;
+    if tenant.is_empty() || tenant.contains(['/', '\\']) || tenant.starts_with('.') {
+        return None;
+    }
+    let abilities: BTreeSet<Ability> = value["abilities"]
+        .as_array()?
+        .iter()
+        .filter_map(|a| a.as_str().and_then(Ability::parse))
+        .collect();
+    Some(Principal::vouched(
+        tenant.to_string(),
+        value["name"].as_str()?.to_string(),
+        abilities,
+    ))
+}
+
+/// Whether `given` is the deployment's node key (compared in constant time).
+pub fn key_matches(given: &[u8], key: &str) -> bool {
+    let key = key.as_bytes();
+    given.len() == key.len() && given.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The interpreter session a JSON-RPC body continues: `session_id` of an
+/// `execute_code` call (a single message).
+pub fn interpreter_session(body: &[u8]) -> Option<(String, Value)> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    if value["method"] != "tools/call" || value["params"]["name"] != "execute_code" {
+        return None;
+    }
+    let id = value["params"]["arguments"]["session_id"]
+        .as_str()?
+        .to_string();
+    Some((id, value["id"].clone()))
+}
+
+/// The answer to a call whose interpreter session died with its node: a
+/// tool error the agent can act on (a new session), not a transport error.
+pub fn session_lost(rpc_id: Value, session: &str, node: &str, why: &str) -> Response {
+    let text = format!(
+        "interpreter session '{session}' was lost: the server node that held it ({node}) is gone ({why}). \
+         Its variables are gone too; files, skills and personal-data tokens are intact. \
+         Start again: call execute_code without session_id, or with a new one, and rebuild what you need."
+    );
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "result": {"content": [{"type": "text", "text": text}], "isError": true}
+    });
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
