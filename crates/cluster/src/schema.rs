@@ -25,7 +25,11 @@ CREATE TABLE cem_workspace_files (
 CREATE TABLE cem_vault (
     id bigserial PRIMARY KEY, scope text NOT NULL, kind text NOT NULL,
     value text NOT NULL, token text NOT NULL,
-    UNIQUE (scope, token), UNIQUE (scope, kind, value)
+    UNIQUE (scope, token)
+);
+CREATE TABLE cem_vault_blocks (
+    scope text NOT NULL, kind text NOT NULL, last bigint NOT NULL,
+    PRIMARY KEY (scope, kind)
 );
 CREATE TABLE cem_audit (
     id bigserial PRIMARY KEY, tenant text NOT NULL, node text NOT NULL,

@@ -1,10 +1,14 @@
 //! Personal-data vaults: every token a node makes is stored under its
 //! vault's scope (`principal:<tenant>` for stateless requests), so a token
-//! issued through one node restores on every other. Numbers are given out
-//! by each node and checked at push time under the scope's lock: when
-//! another node took the same number (or tokenized the same value) first,
-//! this node's token gives way and the call's answer is rewritten with the
-//! new name before anyone sees it.
+//! issued through one node restores on every other.
+//!
+//! Token numbers are reserved in blocks per node ([`BLOCK`] at a time, in
+//! `cem_vault_blocks`), so two nodes never give one number to two values
+//! however their calls interleave; the same value tokenized on two nodes
+//! at once gets two tokens, and both restore it. Only a call that uses up
+//! its node's block can number past it and clash: the push finds that
+//! under the scope's lock, and the clashing token gives way (renamed in
+//! the call's answer before anyone sees it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +17,11 @@ use cem_pii::{Kind, Vault, lock};
 
 use crate::replica::VaultCopy;
 use crate::{Cluster, ClusterError, LOCK};
+
+/// Token numbers of one kind a node reserves at a time.
+pub const BLOCK: i64 = 256;
+/// Below this many numbers left, a node reserves its next block.
+const LOW: u64 = 64;
 
 /// Tokens a push renamed (old → new): apply to whatever the call is about
 /// to return ([`cem_pii::rename_tokens`]).
@@ -36,21 +45,40 @@ impl Cluster {
                 &[&scope, &copy.last_id],
             )
             .await?;
-        let mut v = lock(vault);
-        for row in rows {
-            let (id, kind, value, token): (i64, String, String, String) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
-            let Some(kind) = Kind::from_name(&kind) else {
+        let low: Vec<Kind> = {
+            let mut v = lock(vault);
+            for row in rows {
+                let (id, kind, value, token): (i64, String, String, String) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
+                let Some(kind) = Kind::from_name(&kind) else {
+                    copy.last_id = id;
+                    continue;
+                };
+                if !v.adopt(kind, &value, &token) {
+                    // Clashes with a token of this node not pushed yet: the
+                    // push settles it.
+                    break;
+                }
+                copy.shared.insert(token);
                 copy.last_id = id;
-                continue;
-            };
-            if !v.adopt(kind, &value, &token) {
-                // Clashes with a token of this node not pushed yet: the
-                // push settles it.
-                break;
             }
-            copy.shared.insert(token);
-            copy.last_id = id;
+            Kind::ALL
+                .into_iter()
+                .filter(|k| v.reserved_left(*k) < LOW)
+                .collect()
+        };
+        for kind in low {
+            let last: i64 = client
+                .query_one(
+                    "INSERT INTO cem_vault_blocks (scope, kind, last) VALUES ($1, $2, $3)
+                     ON CONFLICT (scope, kind) DO UPDATE SET last = cem_vault_blocks.last + $3
+                     RETURNING last",
+                    &[&scope, &kind.name(), &BLOCK],
+                )
+                .await?
+                .get(0);
+            let first = (last - BLOCK + 1).max(1) as u64;
+            lock(vault).reserve(kind, first, last as u64);
         }
         Ok(())
     }
@@ -89,19 +117,11 @@ impl Cluster {
                     continue;
                 };
                 if !v.adopt(kind, &value, &token) {
-                    // Ours took the number for another value: it moves.
-                    if let Some(other) = v.value_of(&token).map(str::to_string)
-                        && other != value
-                    {
+                    // Ours took the number for another value (numbering
+                    // past its block): ours moves.
+                    if let Some(other) = v.value_of(&token).map(str::to_string) {
                         v.forget(&token);
                         displaced.push((kind, other, token.clone()));
-                    }
-                    // Ours tokenized the same value under another number.
-                    if let Some(ours) = v.token_of(kind, &value).map(str::to_string)
-                        && ours != token
-                    {
-                        v.forget(&ours);
-                        renamed.insert(ours, token.clone());
                     }
                     v.adopt(kind, &value, &token);
                 }

@@ -48,6 +48,10 @@ pub struct Vault {
     /// vault is full.
     order: VecDeque<(Kind, String, String)>,
     next: BTreeMap<Kind, u64>,
+    /// Numbers reserved for this copy of a vault that several nodes share
+    /// (last given out, last reserved), per kind: used before `next`, so
+    /// two nodes never give one number to two values.
+    blocks: BTreeMap<Kind, (u64, u64)>,
     bytes: usize,
     max_bytes: usize,
 }
@@ -70,6 +74,7 @@ impl Vault {
             by_token: HashMap::new(),
             order: VecDeque::new(),
             next: BTreeMap::new(),
+            blocks: BTreeMap::new(),
             bytes: 0,
             max_bytes,
         }
@@ -80,8 +85,15 @@ impl Vault {
         if let Some(token) = self.by_value.get(&(kind, value.to_string())) {
             return token.clone();
         }
-        let n = self.next.entry(kind).or_insert(0);
-        *n += 1;
+        let n = match self.blocks.get_mut(&kind) {
+            Some((used, last)) if *used < *last => {
+                *used += 1;
+                *used
+            }
+            _ => self.next.get(&kind).copied().unwrap_or(0) + 1,
+        };
+        let next = self.next.entry(kind).or_insert(0);
+        *next = (*next).max(n);
         let token = format!("[{}_{}]", kind.label(), n);
         self.bytes += entry_bytes(value, &token);
         self.by_value
@@ -173,17 +185,30 @@ impl Vault {
             .map(|(k, v, t)| (*k, v.as_str(), t.as_str()))
     }
 
+    /// Gives this vault the numbers `first..=last` of `kind` to use before
+    /// any other (reserved for it in a store several nodes share).
+    pub fn reserve(&mut self, kind: Kind, first: u64, last: u64) {
+        if first >= 1 && last >= first {
+            self.blocks.insert(kind, (first - 1, last));
+        }
+    }
+
+    /// How many reserved numbers of `kind` are left.
+    pub fn reserved_left(&self, kind: Kind) -> u64 {
+        self.blocks
+            .get(&kind)
+            .map_or(0, |(used, last)| last.saturating_sub(*used))
+    }
+
     /// Takes in a token made elsewhere (another node's copy of this vault):
-    /// `value` restores from `token` from now on, and new tokens of its
-    /// kind number past it. False, changing nothing, when this vault holds
-    /// `token` for another value or `value` under another token.
+    /// `value` restores from `token` from now on (beside any token this
+    /// vault has for it already). False, changing nothing, when this vault
+    /// holds `token` for another value.
     pub fn adopt(&mut self, kind: Kind, value: &str, token: &str) -> bool {
-        let known_value = self.by_token.get(token);
-        let known_token = self.by_value.get(&(kind, value.to_string()));
-        match (known_value, known_token) {
-            (Some(v), Some(t)) if v == value && t == token => return true,
-            (None, None) => {}
-            _ => return false,
+        match self.by_token.get(token) {
+            Some(v) if v == value => return true,
+            Some(_) => return false,
+            None => {}
         }
         let Some(n) = token_number(kind, token) else {
             return false;
@@ -192,7 +217,8 @@ impl Vault {
         *next = (*next).max(n);
         self.bytes += entry_bytes(value, token);
         self.by_value
-            .insert((kind, value.to_string()), token.to_string());
+            .entry((kind, value.to_string()))
+            .or_insert_with(|| token.to_string());
         self.by_token.insert(token.to_string(), value.to_string());
         self.order
             .push_back((kind, value.to_string(), token.to_string()));
@@ -374,13 +400,22 @@ mod tests {
         assert!(v.adopt(Kind::Email, "a@x.io", "[EMAIL_4]"));
         assert!(v.adopt(Kind::Email, "a@x.io", "[EMAIL_4]"), "idempotent");
         assert!(!v.adopt(Kind::Email, "b@x.io", "[EMAIL_4]"), "token taken");
-        assert!(!v.adopt(Kind::Email, "a@x.io", "[EMAIL_5]"), "value taken");
         assert!(!v.adopt(Kind::Phone, "1", "[EMAIL_9]"), "wrong kind");
-        assert_eq!(v.restore("to [EMAIL_4]").text, "to a@x.io");
-        assert_eq!(v.token_for(Kind::Email, "c@x.io"), "[EMAIL_5]");
+        // Another node tokenized the same value: both tokens restore it.
+        assert!(v.adopt(Kind::Email, "a@x.io", "[EMAIL_7]"));
+        assert_eq!(v.restore("[EMAIL_4] [EMAIL_7]").text, "a@x.io a@x.io");
+        assert_eq!(v.token_for(Kind::Email, "a@x.io"), "[EMAIL_4]");
+        assert_eq!(v.token_for(Kind::Email, "c@x.io"), "[EMAIL_8]");
         v.forget("[EMAIL_4]");
+        v.forget("[EMAIL_7]");
         assert_eq!(v.restore("[EMAIL_4]").restored, 0);
         assert_eq!(v.entries().count(), 1);
+        // Reserved numbers go first, then numbering continues past all.
+        v.reserve(Kind::Email, 101, 102);
+        assert_eq!(v.reserved_left(Kind::Email), 2);
+        assert_eq!(v.token_for(Kind::Email, "d@x.io"), "[EMAIL_101]");
+        assert_eq!(v.token_for(Kind::Email, "e@x.io"), "[EMAIL_102]");
+        assert_eq!(v.token_for(Kind::Email, "f@x.io"), "[EMAIL_103]");
         let renamed = HashMap::from([
             ("[EMAIL_5]".to_string(), "[EMAIL_6]".to_string()),
             ("[EMAIL_6]".to_string(), "[EMAIL_7]".to_string()),

@@ -1,0 +1,308 @@
+"""Many nodes behind a plain round-robin balancer, state in PostgreSQL.
+
+Real parts only: PostgreSQL and HAProxy from Debian's packages (tests/integration/cluster.py), three server
+nodes of the real binary, each with its own data directory, sharing one store. Clients talk to the balancer
+(and, where a test must pin a node, to one node directly) with raw stateless (2026-07-28) requests and with a
+legacy MCP session.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from cluster import Balancer, Postgres, free_port
+from conftest import HttpServer, start_http
+
+TOKEN = "alice-cluster-token-0123456789"
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+@dataclass
+class Deployment:
+    pg: Postgres
+    nodes: list[HttpServer]
+    lb: Balancer
+    tmp: Path
+
+    def node_url(self, i: int) -> str:
+        return self.nodes[i].url
+
+
+def start_node(tmp: Path, pg: Postgres, name: str, quotas: dict | None = None) -> HttpServer:
+    data = tmp / name
+    data.mkdir()
+    port = free_port()
+    config = tmp / f"{name}.json"
+    config.write_text(json.dumps({"store": {"url": pg.url}, "auth": {"tokens": {"alice": TOKEN}},
+                                  **({"quotas": quotas} if quotas else {})}))
+    return start_http(data, "--node-url", f"http://127.0.0.1:{port}", addr=f"127.0.0.1:{port}", config=config)
+
+
+def deploy(tmp: Path, n: int = 3, quotas: dict | None = None):
+    pg = Postgres.start(tmp)
+    nodes: list[HttpServer] = []
+    try:
+        for i in range(n):
+            nodes.append(start_node(tmp, pg, f"node{i + 1}", quotas))
+        lb = Balancer.start(tmp, [s.port for s in nodes])
+    except BaseException:
+        for s in nodes:
+            s.stop()
+        pg.stop()
+        raise
+    return Deployment(pg, nodes, lb, tmp)
+
+
+def teardown(d: Deployment) -> None:
+    d.lb.stop()
+    for s in d.nodes:
+        if s.proc.poll() is None:
+            s.stop()
+    d.pg.stop()
+
+
+@pytest.fixture
+def deployment(tmp_path: Path):
+    d = deploy(tmp_path)
+    yield d
+    teardown(d)
+
+
+def rpc(url: str, tool: str, args: dict | None = None, timeout: float = 60, **headers) -> tuple[dict, str]:
+    """One stateless tools/call: (its result, the node that answered)."""
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": tool, "arguments": args or {}, "_meta": META}}
+    h = {**ACCEPT, "Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2026-07-28",
+         "Mcp-Method": "tools/call", "Mcp-Name": tool, **headers}
+    r = httpx.post(url, json=body, headers=h, timeout=timeout)
+    assert r.status_code == 200, (r.status_code, r.text)
+    return message_of(r)["result"], r.headers.get("cem-node", "")
+
+
+def message_of(r: httpx.Response) -> dict:
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        messages = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+        return [m for m in messages if "id" in m][-1]
+    return r.json()
+
+
+def body(result: dict) -> dict:
+    """The JSON answer of one of our tools."""
+    if "structuredContent" in result:
+        return result["structuredContent"]
+    return json.loads(result["content"][0]["text"])
+
+
+def text(result: dict) -> str:
+    return "".join(c.get("text", "") for c in result["content"])
+
+
+# --- one tenant, any node ----------------------------------------------------------------------------------------
+
+
+def test_a_tenant_is_the_same_on_every_node(deployment: Deployment):
+    d = deployment
+    n1, n2, n3 = (d.node_url(i) for i in range(3))
+
+    # A file written through one node reads through the others, and through the balancer whichever node it picks.
+    result, node = rpc(n1, "write_workspace_file", {"filename": "notes/plan.txt", "content": "ship it"})
+    assert body(result)["success"], result
+    assert node == n1.removesuffix("/mcp")
+    for url in (n2, n3):
+        assert body(rpc(url, "read_workspace_file", {"filename": "notes/plan.txt"})[0])["content"] == "ship it"
+    answered = set()
+    for _ in range(3):
+        result, node = rpc(d.lb.url, "read_workspace_file", {"filename": "notes/plan.txt"})
+        assert body(result)["content"] == "ship it"
+        answered.add(node)
+    assert len(answered) == 3, f"round robin should reach every node: {answered}"
+
+    # Sandboxed code on another node sees the file, and what it writes is seen by a third.
+    code = "result = open('notes/plan.txt').read().upper()\nopen('out.txt', 'w').write('from code')"
+    result, _ = rpc(n3, "execute_code", {"code": code})
+    assert body(result)["result"] == "SHIP IT", result
+    assert body(rpc(n2, "read_workspace_file", {"filename": "out.txt"})[0])["content"] == "from code"
+
+    # A skill saved through one node loads (and is importable by code) through another.
+    result, _ = rpc(n1, "save_skill", {"name": "double", "description": "Doubles a number",
+                                       "code": "def double(x):\n    return 2 * x\n"})
+    assert body(result)["success"], result
+    loaded = body(rpc(n2, "load_skill", {"name": "double"})[0])
+    assert "return 2 * x" in loaded["code"]
+    result, _ = rpc(n3, "execute_code", {"code": "from skills.double import double\nresult = double(21)"})
+    assert body(result)["result"] == 42, result
+
+    # A personal-data token issued by one node restores on another.
+    sanitized = body(rpc(n1, "sanitize_pii", {"text": "mail jane.doe@example.com"})[0])
+    token = sanitized["sanitized_text"].split()[-1]
+    assert token.startswith("[EMAIL_"), sanitized
+    restored = body(rpc(n2, "restore_pii", {"text": f"to {token}"})[0])
+    assert restored["restored_text"] == "to jane.doe@example.com", restored
+
+    # Deleting a file through one node removes it everywhere.
+    rpc(n2, "execute_code", {"code": "import os\nos.remove('out.txt')"})
+    listed = body(rpc(n1, "list_workspace_files", {})[0])
+    assert "out.txt" not in json.dumps(listed), listed
+
+    # Every node wrote its executions to the shared audit table.
+    audited = d.pg.psql("SELECT count(DISTINCT node) FROM cem_audit WHERE tenant = 'token-alice' "
+                        "AND record->>'event' = 'execution'")
+    assert int(audited) == 2
+
+
+def test_tokens_made_on_two_nodes_at_once_never_collide(deployment: Deployment):
+    """Two nodes number tokens in the same vault concurrently; each token restores to its own value everywhere."""
+    d = deployment
+    values = [f"user{i}@example.com" for i in range(6)]
+    out: dict[str, str] = {}
+
+    def sanitize(url: str, value: str):
+        out[value] = body(rpc(url, "sanitize_pii", {"text": value})[0])["sanitized_text"]
+
+    threads = [threading.Thread(target=sanitize, args=(d.node_url(i % 2), v)) for i, v in enumerate(values)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(out.values())) == len(values), out
+    for value, token in out.items():
+        assert body(rpc(d.node_url(2), "restore_pii", {"text": token})[0])["restored_text"] == value
+
+
+def test_an_interpreter_session_follows_the_client_across_nodes(deployment: Deployment):
+    d = deployment
+    result, holder = rpc(d.lb.url, "execute_code", {"code": "x = 41\nresult = x", "session_id": "s1"})
+    assert body(result)["result"] == 41
+    for expected in range(42, 47):
+        result, node = rpc(d.lb.url, "execute_code", {"code": "x += 1\nresult = x", "session_id": "s1"})
+        assert body(result)["result"] == expected, result
+        # The node that holds the session answered, whichever one the balancer picked.
+        assert node == holder
+    picked = {line.split("nodes/")[1].split()[0] for line in d.lb.log_text().splitlines() if "nodes/" in line}
+    assert len(picked) == 3, f"the balancer should have spread the calls: {picked}"
+
+
+def test_a_dead_node_loses_only_its_sessions(deployment: Deployment):
+    d = deployment
+    n1, n2 = d.node_url(0), d.node_url(1)
+    assert body(rpc(n1, "execute_code", {"code": "y = 'kept'", "session_id": "doomed"})[0])["success"]
+    assert body(rpc(n2, "execute_code", {"code": "z = 'alive'", "session_id": "safe"})[0])["success"]
+    rpc(n1, "write_workspace_file", {"filename": "survives.txt", "content": "still here"})
+    rpc(n1, "save_skill", {"name": "keeper", "description": "Kept", "code": "def keep():\n    return 1\n"})
+    sanitized = body(rpc(n1, "sanitize_pii", {"text": "call bob@example.org"})[0])["sanitized_text"]
+
+    # A long call of the doomed session is under way on node 1 when it dies.
+    mid_run: dict = {}
+
+    def long_call():
+        try:
+            mid_run["answer"] = rpc(n1, "execute_code", {"code": "import time\ntime.sleep(20)", "session_id": "doomed"})
+        except Exception as e:  # the connection breaks
+            mid_run["error"] = e
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    time.sleep(1.5)
+    d.nodes[0].stop(sig=9)
+    t.join(timeout=15)
+    assert not t.is_alive(), "a call to a node that died must not hang"
+    assert "error" in mid_run, mid_run
+    d.lb.wait_server("n1", "DOWN")
+
+    result, _ = rpc(d.lb.url, "execute_code", {"code": "result = y", "session_id": "doomed"})
+    assert result.get("isError") is True
+    assert "was lost" in text(result) and "Start again" in text(result), result
+    # Asked again, the name starts a new session on a live node.
+    result, _ = rpc(d.lb.url, "execute_code", {"code": "result = 'fresh'", "session_id": "doomed"})
+    assert body(result)["result"] == "fresh", result
+
+    # Everything else is intact, through any node that is left.
+    for _ in range(2):
+        assert body(rpc(d.lb.url, "execute_code", {"code": "result = z", "session_id": "safe"})[0])["result"] == "alive"
+        assert body(rpc(d.lb.url, "read_workspace_file", {"filename": "survives.txt"})[0])["content"] == "still here"
+        assert "def keep" in body(rpc(d.lb.url, "load_skill", {"name": "keeper"})[0])["code"]
+        restored = body(rpc(d.lb.url, "restore_pii", {"text": sanitized})[0])["restored_text"]
+        assert restored == "call bob@example.org"
+
+
+def test_two_nodes_saving_one_skill_at_once_get_versions_1_and_2(deployment: Deployment):
+    d = deployment
+    barrier = threading.Barrier(2)
+    saved: list = []
+
+    def save(i: int):
+        barrier.wait()
+        result, _ = rpc(d.node_url(i), "save_skill", {"name": "race", "description": f"Writer {i}",
+                                                        "code": f"def race():\n    return {i}\n"})
+        saved.append((body(result)["version"], i))
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    writers = dict(saved)
+    assert sorted(writers) == [1, 2], saved
+    loaded = body(rpc(d.node_url(2), "load_skill", {"name": "race"})[0])
+    assert loaded["version"] == 2 and loaded["versions"] == [1, 2], loaded
+    assert f"return {writers[2]}" in loaded["code"] and loaded["description"] == f"Writer {writers[2]}"
+    first = body(rpc(d.node_url(2), "load_skill", {"name": "race", "version": 1})[0])
+    assert f"return {writers[1]}" in first["code"], first
+
+
+def test_a_legacy_session_works_through_the_balancer(deployment: Deployment):
+    d = deployment
+    h = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    r = httpx.post(d.lb.url, json=init, headers=h, timeout=30)
+    assert r.status_code == 200, r.text
+    sid = r.headers["mcp-session-id"]
+    home = r.headers["cem-node"]
+    h = {**h, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+    r = httpx.post(d.lb.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=h, timeout=30)
+    assert r.status_code == 202, r.text
+    for i in range(4):
+        call = {"jsonrpc": "2.0", "id": 10 + i, "method": "tools/call",
+                "params": {"name": "execute_code", "arguments": {"code": f"n = {i}\nresult = n", "session_id": "legacy"}}}
+        r = httpx.post(d.lb.url, json=call, headers=h, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.headers["cem-node"] == home
+        assert body(message_of(r)["result"])["result"] == i
+    r = httpx.delete(d.lb.url, headers=h, timeout=30)
+    assert r.status_code < 300, r.text
+
+
+def test_quotas_hold_across_nodes(tmp_path: Path):
+    d = deploy(tmp_path, n=2, quotas={"executions_per_minute": 3})
+    try:
+        answers = [rpc(d.lb.url, "execute_code", {"code": "result = 1"}) for _ in range(4)]
+        assert {node for _, node in answers} == {d.node_url(0).removesuffix("/mcp"), d.node_url(1).removesuffix("/mcp")}
+        assert [a[0].get("isError", False) for a in answers] == [False, False, False, True]
+        assert "quotas.executions_per_minute is 3" in text(answers[3][0])
+    finally:
+        teardown(d)
+
+
+def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: Deployment):
+    d = deployment
+    base = d.node_url(0).removesuffix("/mcp")
+    assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+    # A client token is no key for the internal endpoint.
+    r = httpx.post(f"{base}/internal/mcp", json={}, headers={**ACCEPT, "Authorization": f"Bearer {TOKEN}"}, timeout=5)
+    assert r.status_code == 403
+    # Without its store a node is alive but not ready, so the balancer stops sending it requests.
+    d.pg.stop()
+    assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{base}/readyz", timeout=10).status_code == 503
