@@ -38,22 +38,21 @@ class Deployment:
         return self.nodes[i].url
 
 
-def start_node(tmp: Path, pg: Postgres, name: str, quotas: dict | None = None) -> HttpServer:
+def start_node(tmp: Path, pg: Postgres, name: str, extra: dict | None = None) -> HttpServer:
     data = tmp / name
     data.mkdir()
     port = free_port()
     config = tmp / f"{name}.json"
-    config.write_text(json.dumps({"store": {"url": pg.url}, "auth": {"tokens": {"alice": TOKEN}},
-                                  **({"quotas": quotas} if quotas else {})}))
+    config.write_text(json.dumps({"store": {"url": pg.url}, "auth": {"tokens": {"alice": TOKEN}}, **(extra or {})}))
     return start_http(data, "--node-url", f"http://127.0.0.1:{port}", addr=f"127.0.0.1:{port}", config=config)
 
 
-def deploy(tmp: Path, n: int = 3, quotas: dict | None = None):
+def deploy(tmp: Path, n: int = 3, extra: dict | None = None):
     pg = Postgres.start(tmp)
     nodes: list[HttpServer] = []
     try:
         for i in range(n):
-            nodes.append(start_node(tmp, pg, f"node{i + 1}", quotas))
+            nodes.append(start_node(tmp, pg, f"node{i + 1}", extra))
         lb = Balancer.start(tmp, [s.port for s in nodes])
     except BaseException:
         for s in nodes:
@@ -284,7 +283,7 @@ def test_a_legacy_session_works_through_the_balancer(deployment: Deployment):
 
 
 def test_quotas_hold_across_nodes(tmp_path: Path):
-    d = deploy(tmp_path, n=2, quotas={"executions_per_minute": 3})
+    d = deploy(tmp_path, n=2, extra={"quotas": {"executions_per_minute": 3}})
     try:
         answers = [rpc(d.lb.url, "execute_code", {"code": "result = 1"}) for _ in range(4)]
         assert {node for _, node in answers} == {d.node_url(0).removesuffix("/mcp"), d.node_url(1).removesuffix("/mcp")}
@@ -306,3 +305,45 @@ def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: D
     d.pg.stop()
     assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
     assert httpx.get(f"{base}/readyz", timeout=10).status_code == 503
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_an_approval_answered_through_another_node_reaches_the_paused_execution(tmp_path: Path):
+    """The 2026-07-28 input-required flow through the balancer: the question comes from the node running the code,
+    the client's retry (the next request, so another node in round robin) is relayed to it."""
+    from mcp import Client, types
+    from mcp.client.streamable_http import streamable_http_client
+
+    from test_upstream import MEMORY
+
+    graph = tmp_path / "memory.json"
+    extra = {"mcpServers": {"memory": {"command": "node", "args": [MEMORY], "env": {"MEMORY_FILE_PATH": str(graph)}}},
+             "policy": {"rules": {"memory.create_entities": "ask"}}}
+    d = deploy(tmp_path, n=3, extra=extra)
+    questions = []
+
+    async def human(context, params):
+        questions.append(params)
+        return types.ElicitResult(action="accept", content={"decision": "allow_once"})
+
+    code = ('call_tool("memory.create_entities", {"entities": [{"name": "ada", "entityType": "person", '
+            '"observations": ["first"]}]})\nresult = "done"')
+    try:
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                     timeout=httpx.Timeout(30, read=120)) as http:
+            async with Client(streamable_http_client(d.lb.url, http_client=http), elicitation_callback=human) as client:
+                for _ in range(2):
+                    result = await client.call_tool("execute_code", {"code": code})
+                    assert not result.is_error, result
+                    assert json.loads(result.content[0].text)["result"] == "done"
+        assert len(questions) == 2
+        assert "ada" in graph.read_text()
+        relayed = d.pg.psql("SELECT count(*) FROM cem_sessions WHERE kind = 'paused'")
+        assert relayed == "0", "answered questions leave no record behind"
+    finally:
+        teardown(d)

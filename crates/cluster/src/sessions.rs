@@ -11,6 +11,9 @@ pub enum SessionKind {
     Interpreter,
     /// An MCP session (`Mcp-Session-Id`), owned by one tenant.
     Mcp,
+    /// An execution paused on an approval question (its `requestState`
+    /// handle), waiting for the client's retry.
+    Paused,
 }
 
 impl SessionKind {
@@ -18,6 +21,7 @@ impl SessionKind {
         match self {
             SessionKind::Interpreter => "interpreter",
             SessionKind::Mcp => "mcp",
+            SessionKind::Paused => "paused",
         }
     }
 }

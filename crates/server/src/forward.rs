@@ -154,27 +154,51 @@ pub fn key_matches(given: &[u8], key: &str) -> bool {
     given.len() == key.len() && given.iter().zip(key).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
-/// The interpreter session a JSON-RPC body continues: `session_id` of an
-/// `execute_code` call (a single message).
-pub fn interpreter_session(body: &[u8]) -> Option<(String, Value)> {
+/// What a JSON-RPC body (a single `execute_code` call) continues that
+/// lives in one node's process: an execution paused on an approval
+/// question (`requestState`), or an interpreter session (`session_id`).
+pub struct Held {
+    pub kind: cem_cluster::SessionKind,
+    pub id: String,
+    /// The JSON-RPC id, to answer in its name.
+    pub rpc_id: Value,
+}
+
+pub fn held(body: &[u8]) -> Option<Held> {
     let value: Value = serde_json::from_slice(body).ok()?;
     if value["method"] != "tools/call" || value["params"]["name"] != "execute_code" {
         return None;
     }
-    let id = value["params"]["arguments"]["session_id"]
-        .as_str()?
-        .to_string();
-    Some((id, value["id"].clone()))
+    let params = &value["params"];
+    let (kind, id) = if let Some(handle) = params["requestState"].as_str() {
+        (cem_cluster::SessionKind::Paused, handle)
+    } else {
+        let id = params["arguments"]["session_id"].as_str()?;
+        (cem_cluster::SessionKind::Interpreter, id)
+    };
+    Some(Held {
+        kind,
+        id: id.to_string(),
+        rpc_id: value["id"].clone(),
+    })
 }
 
-/// The answer to a call whose interpreter session died with its node: a
-/// tool error the agent can act on (a new session), not a transport error.
-pub fn session_lost(rpc_id: Value, session: &str, node: &str, why: &str) -> Response {
-    let text = format!(
-        "interpreter session '{session}' was lost: the server node that held it ({node}) is gone ({why}). \
-         Its variables are gone too; files, skills and personal-data tokens are intact. \
-         Start again: call execute_code without session_id, or with a new one, and rebuild what you need."
-    );
+/// The answer to a call whose session died with its node: a tool error
+/// the agent can act on (start again), not a transport error.
+pub fn session_lost(held: &Held, node: &str, why: &str) -> Response {
+    let text = match held.kind {
+        cem_cluster::SessionKind::Paused => format!(
+            "the execution waiting for this answer was lost: the server node that ran it ({node}) is gone ({why}). \
+             Files, skills and personal-data tokens are intact. Run the code again."
+        ),
+        _ => format!(
+            "interpreter session '{}' was lost: the server node that held it ({node}) is gone ({why}). \
+             Its variables are gone too; files, skills and personal-data tokens are intact. \
+             Start again: call execute_code without session_id, or with a new one, and rebuild what you need.",
+            held.id
+        ),
+    };
+    let rpc_id = held.rpc_id.clone();
     let body = json!({
         "jsonrpc": "2.0",
         "id": rpc_id,

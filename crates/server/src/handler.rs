@@ -302,6 +302,12 @@ impl McpHandler {
                     all.retain(|_, p| p.expires > now);
                     all.insert(handle.clone(), paused);
                 }
+                // The client's retry may reach any node: it is sent here.
+                if let Some(cluster) = &state.cluster
+                    && let Err(e) = cluster.claim(cem_cluster::SessionKind::Paused, &state.tenant, &handle).await
+                {
+                    tracing::warn!(error = %e, "a paused execution's node was not recorded; its answer must reach this node");
+                }
                 Ok(InputRequiredResult::new(Some(requests), Some(handle)).into())
             }
         }
@@ -320,6 +326,11 @@ impl McpHandler {
             let owned = all.get(handle).is_some_and(|p| p.owner == key);
             if owned { all.remove(handle) } else { None }
         });
+        if let Some(cluster) = &state.cluster {
+            let _ = cluster
+                .release(cem_cluster::SessionKind::Paused, &state.tenant, handle)
+                .await;
+        }
         let Some(mut paused) = found else {
             return Err(ErrorData::invalid_params(
                 "requestState names no paused execution of this session (it finished, timed out, or belongs to another session); run the code again",

@@ -347,18 +347,23 @@ impl Guard {
                 .get("mcp-protocol-version")
                 .and_then(|v| v.to_str().ok())
                 == Some("2026-07-28");
-        if stateless && let Some((id, rpc_id)) = forward::interpreter_session(&bytes) {
-            let kind = cem_cluster::SessionKind::Interpreter;
-            let holder = f.cluster.locate(kind, &principal.tenant, &id).await;
+        if stateless && let Some(held) = forward::held(&bytes) {
+            let holder = f
+                .cluster
+                .locate(held.kind, &principal.tenant, &held.id)
+                .await;
             if let Ok(Some(node)) = holder
                 && node != here
             {
                 return Err(match f.relay(&node, &parts, bytes, principal).await {
                     Ok(answer) => answer,
                     Err(forward::Failed::Unreachable(why)) => {
-                        let _ = f.cluster.release(kind, &principal.tenant, &id).await;
-                        tracing::warn!(%node, session = %id, %why, "an interpreter session's node is gone");
-                        forward::session_lost(rpc_id, &id, &node, &why)
+                        let _ = f
+                            .cluster
+                            .release(held.kind, &principal.tenant, &held.id)
+                            .await;
+                        tracing::warn!(%node, session = %held.id, %why, "a session's node is gone");
+                        forward::session_lost(&held, &node, &why)
                     }
                 });
             }
