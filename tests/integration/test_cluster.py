@@ -345,5 +345,22 @@ async def test_an_approval_answered_through_another_node_reaches_the_paused_exec
         assert "ada" in graph.read_text()
         relayed = d.pg.psql("SELECT count(*) FROM cem_sessions WHERE kind = 'paused'")
         assert relayed == "0", "answered questions leave no record behind"
+
+        # The pins the first node took and the tool list reach every node (mirrored every few seconds), so each
+        # checks the server against the same trusted digests.
+        def shared(sub: str) -> list[dict]:
+            return [{p.name: json.loads(p.read_text()) for p in (tmp_path / f"node{i}" / sub).glob("*.json")}
+                    for i in (1, 2, 3)]
+
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pins, lists = shared("policy/pins"), shared("cache/tools")
+            if all("memory.json" in p for p in pins) and all(lists) and pins[0] == pins[1] == pins[2] \
+                    and lists[0] == lists[1] == lists[2]:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"pins and tool lists did not converge: {pins} {lists}")
+        assert d.pg.psql("SELECT count(*) FROM cem_pins WHERE server = 'memory'") == "1"
     finally:
         teardown(d)

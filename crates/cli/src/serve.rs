@@ -58,6 +58,11 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // right after the first reply is not missed.
         let signals = install_signal_handlers();
         tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+        if let Some(cluster) = &cluster {
+            // Before the upstreams start: their tool lists and pins may be
+            // known to the deployment already.
+            cem_server::cluster::mirror_upstream_state(cluster.clone(), &state.data_dir).await;
+        }
         // Probe the sandbox and fill the warm pool in the background; the
         // first tools/list does not wait for it.
         state.engine.warm_up();

@@ -35,6 +35,7 @@ use tokio_postgres::NoTls;
 pub use error::ClusterError;
 pub use quota::{ExecutionSlot, Refused};
 pub use sessions::SessionKind;
+pub use upstream::Shared;
 pub use vault::Renamed;
 
 /// Connections one node keeps open to the store.
@@ -49,6 +50,8 @@ pub struct Cluster {
     node_key: String,
     /// What this node last pulled, per tenant or vault scope.
     replicas: Mutex<HashMap<String, Arc<replica::Replica>>>,
+    /// What this node last agreed on of the shared directories.
+    mirrors: upstream::Mirrors,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -98,6 +101,7 @@ impl Cluster {
             node_url: node_url.to_string(),
             node_key,
             replicas: Mutex::new(HashMap::new()),
+            mirrors: upstream::Mirrors::default(),
         }))
     }
 

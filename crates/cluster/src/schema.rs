@@ -36,8 +36,8 @@ CREATE TABLE cem_audit (
     at timestamptz NOT NULL DEFAULT now(), record jsonb NOT NULL
 );
 CREATE INDEX cem_audit_tenant ON cem_audit (tenant, id);
-CREATE TABLE cem_pins (server text PRIMARY KEY, pins jsonb NOT NULL, updated timestamptz NOT NULL DEFAULT now());
-CREATE TABLE cem_tool_lists (server text PRIMARY KEY, list jsonb NOT NULL, updated timestamptz NOT NULL DEFAULT now());
+CREATE TABLE cem_pins (server text PRIMARY KEY, content jsonb NOT NULL, updated timestamptz NOT NULL DEFAULT now());
+CREATE TABLE cem_tool_lists (server text PRIMARY KEY, content jsonb NOT NULL, updated timestamptz NOT NULL DEFAULT now());
 CREATE TABLE cem_executions (
     id bigserial PRIMARY KEY, tenant text NOT NULL, node text NOT NULL,
     started timestamptz NOT NULL DEFAULT now(), finished timestamptz

@@ -13,6 +13,44 @@ use crate::AppState;
 use crate::privacy::Session;
 use crate::tools::{Answer, ToolFailure};
 
+/// How often a node mirrors pins and tool lists with the store.
+const MIRROR_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Mirrors the pins and the tool-list cache under `data_dir` with the
+/// store now, then every few seconds in the background.
+pub async fn mirror_upstream_state(cluster: Arc<Cluster>, data_dir: &std::path::Path) {
+    let dirs = [
+        (
+            cem_cluster::Shared::Pins,
+            data_dir.join("policy").join("pins"),
+        ),
+        (
+            cem_cluster::Shared::ToolLists,
+            data_dir.join("cache").join("tools"),
+        ),
+    ];
+    let round = {
+        let cluster = cluster.clone();
+        move |dirs: Vec<(cem_cluster::Shared, std::path::PathBuf)>| {
+            let cluster = cluster.clone();
+            async move {
+                for (what, dir) in dirs {
+                    if let Err(e) = cluster.mirror(what, &dir).await {
+                        tracing::warn!(error = %e, dir = %dir.display(), "could not mirror with the store");
+                    }
+                }
+            }
+        }
+    };
+    round(dirs.to_vec()).await;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(MIRROR_EVERY).await;
+            round(dirs.to_vec()).await;
+        }
+    });
+}
+
 /// Tools after which the workspace copy may have changed.
 const WRITES_WORKSPACE: &[&str] = &["execute_code", "write_workspace_file"];
 
