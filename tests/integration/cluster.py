@@ -185,6 +185,8 @@ defaults
 
 frontend mcp
     bind 127.0.0.1:{port}
+    # Nodes relay to each other on /internal/ (with the deployment's node key): clients have no business there.
+    http-request deny deny_status 404 if {{ path_beg /internal/ }}
     default_backend nodes
 
 frontend stats

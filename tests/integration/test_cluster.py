@@ -301,6 +301,9 @@ def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: D
     # A client token is no key for the internal endpoint.
     r = httpx.post(f"{base}/internal/mcp", json={}, headers={**ACCEPT, "Authorization": f"Bearer {TOKEN}"}, timeout=5)
     assert r.status_code == 403
+    # And the balancer does not even pass it on.
+    lb_base = d.lb.url.removesuffix("/mcp")
+    assert httpx.post(f"{lb_base}/internal/mcp", json={}, headers=ACCEPT, timeout=5).status_code == 404
     # Without its store a node is alive but not ready, so the balancer stops sending it requests.
     d.pg.stop()
     assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
