@@ -170,27 +170,23 @@ fn replace_dir(root: &Path, name: &str, files: &[(String, Vec<u8>)]) -> Result<(
     let local = |e: std::io::Error, p: &Path| ClusterError::Local(format!("{}: {e}", p.display()));
     let target = root.join(name);
     let unique = uuid::Uuid::new_v4().simple().to_string();
-    if !files.is_empty() {
-        let fresh = root.join(format!(".sync-{name}-{unique}"));
-        for (path, content) in files {
-            let rel = cem_store::validate_relative(path)
-                .map_err(|e| ClusterError::Local(format!("stored skill file {path:?}: {e}")))?;
-            let file: PathBuf = fresh.join(rel);
-            if let Some(parent) = file.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| local(e, parent))?;
-            }
-            std::fs::write(&file, content).map_err(|e| local(e, &file))?;
+    let fresh = root.join(format!(".sync-{name}-{unique}"));
+    for (path, content) in files {
+        let rel = cem_store::validate_relative(path)
+            .map_err(|e| ClusterError::Local(format!("stored skill file {path:?}: {e}")))?;
+        let file: PathBuf = fresh.join(rel);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| local(e, parent))?;
         }
-        if target.exists() {
-            let old = root.join(format!(".deleted-{name}-{unique}"));
-            std::fs::rename(&target, &old).map_err(|e| local(e, &target))?;
-            std::fs::remove_dir_all(&old).map_err(|e| local(e, &old))?;
-        }
-        std::fs::rename(&fresh, &target).map_err(|e| local(e, &fresh))?;
-    } else if target.exists() {
+        std::fs::write(&file, content).map_err(|e| local(e, &file))?;
+    }
+    if target.exists() {
         let old = root.join(format!(".deleted-{name}-{unique}"));
         std::fs::rename(&target, &old).map_err(|e| local(e, &target))?;
         std::fs::remove_dir_all(&old).map_err(|e| local(e, &old))?;
+    }
+    if !files.is_empty() {
+        std::fs::rename(&fresh, &target).map_err(|e| local(e, &fresh))?;
     }
     Ok(())
 }

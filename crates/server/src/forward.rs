@@ -206,3 +206,63 @@ pub fn session_lost(held: &Held, node: &str, why: &str) -> Response {
     });
     (StatusCode::OK, axum::Json(body)).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vouched_principal_survives_the_header_and_nothing_else_passes() {
+        let p = Principal::subject("https://idp", "ana", BTreeSet::from([Ability::Execute]));
+        let back = decode_principal(&encode_principal(&p));
+        assert_eq!(back.as_ref(), Some(&p));
+        assert!(back.is_some_and(|b| b.can(Ability::Execute) && !b.can(Ability::SkillsWrite)));
+        assert_eq!(decode_principal("not base64 !"), None);
+        let sneaky = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(json!({"tenant": "../etc", "name": "x", "abilities": []}).to_string());
+        assert_eq!(decode_principal(&sneaky), None);
+    }
+
+    #[test]
+    fn only_the_exact_node_key_matches() {
+        assert!(key_matches(b"k3y", "k3y"));
+        assert!(!key_matches(b"k3z", "k3y"));
+        assert!(!key_matches(b"k3", "k3y"));
+        assert!(!key_matches(b"", "k3y"));
+    }
+
+    #[test]
+    fn held_state_is_found_in_execute_code_calls_only() {
+        let call = |params: Value| {
+            json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}).to_string()
+        };
+        let session =
+            call(json!({"name": "execute_code", "arguments": {"code": "1", "session_id": "s"}}));
+        let held = held(session.as_bytes()).map(|h| (h.kind, h.id, h.rpc_id));
+        assert_eq!(
+            held,
+            Some((cem_cluster::SessionKind::Interpreter, "s".into(), json!(9)))
+        );
+        let retry = call(
+            json!({"name": "execute_code", "arguments": {"code": "1", "session_id": "s"}, "requestState": "h1"}),
+        );
+        assert!(held_kind(&retry) == Some(cem_cluster::SessionKind::Paused));
+        assert!(
+            held_kind(&call(
+                json!({"name": "execute_code", "arguments": {"code": "1"}})
+            ))
+            .is_none()
+        );
+        assert!(
+            held_kind(&call(
+                json!({"name": "read_workspace_file", "arguments": {"session_id": "s"}})
+            ))
+            .is_none()
+        );
+        assert!(held_kind("[1, 2]").is_none());
+    }
+
+    fn held_kind(body: &str) -> Option<cem_cluster::SessionKind> {
+        held(body.as_bytes()).map(|h| h.kind)
+    }
+}
