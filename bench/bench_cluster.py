@@ -32,13 +32,14 @@ META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def start_node(binary: str, tmp: Path, pg: Postgres, name: str) -> tuple[subprocess.Popen, int]:
+def start_node(binary: str, tmp: Path, pg: Postgres | None, name: str) -> tuple[subprocess.Popen, int]:
+    """A node on the shared store (pg), or with its data directory alone (None)."""
     data = tmp / name
     data.mkdir()
     port = free_port()
     config = tmp / f"{name}.json"
-    config.write_text(json.dumps({"store": {"url": pg.url}, "auth": {"tokens": {"bench": TOKEN}},
-                                  "sandbox": {"max_concurrent": 16}}))
+    config.write_text(json.dumps({**({"store": {"url": pg.url}} if pg else {}),
+                                  "auth": {"tokens": {"bench": TOKEN}}, "sandbox": {"max_concurrent": 16}}))
     log = open(tmp / f"{name}.log", "wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
     proc = subprocess.Popen([binary, "--data-dir", str(data), "--config", str(config), "serve", "--http",
@@ -116,18 +117,23 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="cem-bench-cluster-"))
     pg = Postgres.start(tmp)
     try:
-        for n in (1, 2, 3):
+        # 0: one node without a store (the data directory alone), the yardstick.
+        for n in (0, 1, 2, 3):
             run = tmp / f"run{n}"
             run.mkdir()
-            nodes = [start_node(binary, run, pg, f"node{i + 1}") for i in range(n)]
+            nodes = [start_node(binary, run, pg if n else None, f"node{i + 1}") for i in range(max(n, 1))]
             lb = Balancer.start(run, [port for _, port in nodes])
             try:
                 Conn(lb.port).call("write_workspace_file", {"filename": "data.txt", "content": "x" * 1000})
                 time.sleep(2)  # warm pools fill
                 execs = throughput(lb.port, clients, seconds, "execute_code", {"code": "result = sum(range(1000))"})
                 reads = throughput(lb.port, clients, seconds, "read_workspace_file", {"filename": "data.txt"})
-                out["nodes"][n] = {"executions_per_s": round(execs, 1), "tool_calls_per_s": round(reads, 1)}
-                print(f"{n} node(s): {execs:.1f} executions/s, {reads:.1f} tool calls/s", file=sys.stderr)
+                figures = {"executions_per_s": round(execs, 1), "tool_calls_per_s": round(reads, 1)}
+                if n == 0:
+                    out["no_store"] = figures
+                else:
+                    out["nodes"][n] = figures
+                print(f"{n or 'no store, 1'} node(s): {execs:.1f} executions/s, {reads:.1f} tool calls/s", file=sys.stderr)
                 if n == 2:
                     out["relay"] = relay_latency(nodes)
             finally:
@@ -140,6 +146,8 @@ def main() -> None:
         pg.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     one = out["nodes"][1]
+    one["executions_ratio_to_no_store"] = round(one["executions_per_s"] / out["no_store"]["executions_per_s"], 2)
+    one["tool_calls_ratio_to_no_store"] = round(one["tool_calls_per_s"] / out["no_store"]["tool_calls_per_s"], 2)
     for n in (2, 3):
         out["nodes"][n]["executions_ratio_to_1"] = round(out["nodes"][n]["executions_per_s"] / one["executions_per_s"], 2)
         out["nodes"][n]["tool_calls_ratio_to_1"] = round(out["nodes"][n]["tool_calls_per_s"] / one["tool_calls_per_s"], 2)

@@ -153,16 +153,29 @@ async fn bump(
     Ok(tx.query_one(&sql, &[&tenant]).await?.get(0))
 }
 
-/// A tenant's generation `column` as stored (0: never written).
-async fn generation(
-    client: &deadpool_postgres::Object,
-    tenant: &str,
-    column: &'static str,
-) -> Result<i64, ClusterError> {
-    let sql = format!("SELECT {column} FROM cem_tenants WHERE tenant = $1");
-    Ok(client
-        .query_opt(&sql, &[&tenant])
-        .await?
-        .map(|r| r.get(0))
-        .unwrap_or(0))
+/// Where a tenant's shared state stands: a pull compares these with what
+/// it pulled last and does nothing when they match.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Generations {
+    pub skills: i64,
+    pub workspace: i64,
+}
+
+impl Cluster {
+    /// The tenant's generations (0: never written), in one query.
+    pub async fn generations(&self, tenant: &str) -> Result<Generations, ClusterError> {
+        Ok(self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT skills_gen, workspace_gen FROM cem_tenants WHERE tenant = $1",
+                &[&tenant],
+            )
+            .await?
+            .map(|r| Generations {
+                skills: r.get(0),
+                workspace: r.get(1),
+            })
+            .unwrap_or_default())
+    }
 }

@@ -8,25 +8,26 @@ use std::path::{Path, PathBuf};
 
 use cem_store::{SkillName, SkillStore};
 
-use crate::{Cluster, ClusterError, LOCK, bump, generation};
+use crate::{Cluster, ClusterError, LOCK, bump};
 
 type Files = Vec<(String, Vec<u8>)>;
 
 impl Cluster {
-    /// Brings `store` (the tenant's local skills) up to date; true when
+    /// Brings `store` (the tenant's local skills) up to date with the
+    /// store at generation `current` ([`Cluster::generations`]); true when
     /// anything changed.
     pub async fn pull_skills(
         &self,
         tenant: &str,
         store: &SkillStore,
+        current: i64,
     ) -> Result<bool, ClusterError> {
         let replica = self.replica(tenant);
         let mut pulled = replica.skills.lock().await;
-        let client = self.client().await?;
-        let current = generation(&client, tenant, "skills_gen").await?;
         if *pulled == Some(current) {
             return Ok(false);
         }
+        let client = self.client().await?;
         let rows = client
             .query(
                 "SELECT name, path, content FROM cem_skill_files WHERE tenant = $1 ORDER BY name",

@@ -9,7 +9,7 @@ use cem_store::Workspace;
 use sha2::{Digest, Sha256};
 
 use crate::replica::Known;
-use crate::{Cluster, ClusterError, bump, generation};
+use crate::{Cluster, ClusterError, bump};
 
 /// What a push sent.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -21,21 +21,22 @@ pub struct Pushed {
 }
 
 impl Cluster {
-    /// Brings the tenant's workspace copy up to date with the store. A
-    /// local file the node changed since (not pushed yet) is overwritten
-    /// only when the store has a newer version of it.
+    /// Brings the tenant's workspace copy up to date with the store at
+    /// generation `current` ([`Cluster::generations`]). A local file the
+    /// node changed since (not pushed yet) is overwritten only when the
+    /// store has a newer version of it.
     pub async fn pull_workspace(
         &self,
         tenant: &str,
         workspace: &std::sync::Arc<Workspace>,
+        current: i64,
     ) -> Result<(), ClusterError> {
         let replica = self.replica(tenant);
         let mut copy = replica.workspace.lock().await;
-        let client = self.client().await?;
-        let current = generation(&client, tenant, "workspace_gen").await?;
         if copy.generation == Some(current) {
             return Ok(());
         }
+        let client = self.client().await?;
         let stored: HashMap<String, String> = client
             .query(
                 "SELECT path, sha256 FROM cem_workspace_files WHERE tenant = $1",

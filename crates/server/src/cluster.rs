@@ -67,11 +67,15 @@ pub async fn before_call(state: &AppState, session: &Session) -> Result<(), Tool
     let Some(cluster) = &state.cluster else {
         return Ok(());
     };
-    if cluster.pull_skills(&state.tenant, &state.skills).await? {
+    let current = cluster.generations(&state.tenant).await?;
+    if cluster
+        .pull_skills(&state.tenant, &state.skills, current.skills)
+        .await?
+    {
         state.catalog.skills_changed().await;
     }
     cluster
-        .pull_workspace(&state.tenant, &state.workspace)
+        .pull_workspace(&state.tenant, &state.workspace, current.workspace)
         .await?;
     if shared_vault(session) {
         cluster.pull_vault(&session.key, &session.vault).await?;

@@ -157,6 +157,14 @@ pub async fn serve_http(
 
     tracing::info!(%bound, "serving MCP over streamable HTTP at /mcp");
     on_ready(bound);
+    // Without TCP_NODELAY, an answer written in pieces (headers, then a
+    // streamed body, as a relayed answer is) waits on the peer's delayed
+    // ACK: about 40 ms a call.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;
