@@ -18,7 +18,7 @@ import httpx2 as httpx
 import pytest
 
 from cluster import Balancer, Postgres, free_port
-from conftest import HttpServer, start_http
+from conftest import HttpServer, run_cli, start_http
 
 TOKEN = "alice-cluster-token-0123456789"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -304,10 +304,21 @@ def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: D
     # And the balancer does not even pass it on.
     lb_base = d.lb.url.removesuffix("/mcp")
     assert httpx.post(f"{lb_base}/internal/mcp", json={}, headers=ACCEPT, timeout=5).status_code == 404
+    # doctor reports the store and the nodes on it.
+    def doctor() -> tuple[int, dict]:
+        out = run_cli("--data-dir", str(d.tmp / "node1"), "--config", str(d.tmp / "node1.json"), "doctor", "--json",
+                      timeout=120)
+        return out.returncode, next(c for c in json.loads(out.stdout)["checks"] if c["check"] == "store")
+
+    code, store = doctor()
+    assert store["status"] == "ok" and "schema version 1" in store["detail"], store
+    assert all(n.url.removesuffix("/mcp") in store["detail"] for n in d.nodes), store
     # Without its store a node is alive but not ready, so the balancer stops sending it requests.
     d.pg.stop()
     assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
     assert httpx.get(f"{base}/readyz", timeout=10).status_code == 503
+    code, store = doctor()
+    assert code == 1 and store["status"] == "fail" and "cannot be reached" in store["detail"], store
 
 
 @pytest.fixture

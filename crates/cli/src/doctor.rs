@@ -82,6 +82,9 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         checks.push(policy_check(cli, config));
         checks.push(search_check(config));
         checks.push(auth_check(config));
+        if let Some(url) = &config.store.url {
+            checks.push(store_check(url.expose()));
+        }
         if let Ok(dir) = setup::data_dir(cli) {
             checks.push(packages_check(config, &dir));
         }
@@ -336,6 +339,36 @@ fn auth_check(config: &cem_config::Config) -> Check {
                 "OAuth: cannot use the identity provider {}: {e}. Access tokens are refused until it answers",
                 verifier.issuer()
             ),
+        },
+    }
+}
+
+/// The shared store of a deployment of many nodes (`store.url`).
+fn store_check(url: &str) -> Check {
+    let checked = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(cem_cluster::inspect(url))
+                .map_err(|e| e.to_string())
+        });
+    match checked {
+        Ok(report) => Check {
+            name: "store",
+            status: Status::Ok,
+            detail: match report.schema {
+                None => "PostgreSQL answers; no node has started on it yet (the first creates the tables)".into(),
+                Some(v) => format!(
+                    "PostgreSQL answers, schema version {v}; nodes that started on it: {}",
+                    if report.nodes.is_empty() { "none".into() } else { report.nodes.join(", ") }
+                ),
+            },
+        },
+        Err(e) => Check {
+            name: "store",
+            status: Status::Fail,
+            detail: format!("{e}. Nodes cannot serve until it answers"),
         },
     }
 }

@@ -135,6 +135,44 @@ impl Cluster {
     }
 }
 
+/// What `doctor` reports of a store.
+#[derive(Debug, Clone)]
+pub struct StoreReport {
+    /// The schema version applied (None: no node has started on it yet).
+    pub schema: Option<i32>,
+    /// The nodes that ever started on it, by URL.
+    pub nodes: Vec<String>,
+}
+
+/// Connects to the store at `url` and reports on it, changing nothing.
+pub async fn inspect(url: &str) -> Result<StoreReport, ClusterError> {
+    let config: tokio_postgres::Config = url.parse().map_err(|e| ClusterError::Url {
+        reason: format!("{e}"),
+    })?;
+    let (client, connection) = config.connect(NoTls).await?;
+    let task = tokio::spawn(connection);
+    let schema = match client
+        .query_one("SELECT max(version) FROM cem_migrations", &[])
+        .await
+    {
+        Ok(row) => row.get(0),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let nodes = match schema {
+        None => Vec::new(),
+        Some(_) => client
+            .query("SELECT url FROM cem_nodes ORDER BY url", &[])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect(),
+    };
+    drop(client);
+    task.abort();
+    Ok(StoreReport { schema, nodes })
+}
+
 /// The advisory-lock key of `name` (one 64-bit number per name).
 const LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))";
 
