@@ -8,6 +8,7 @@ legacy MCP session.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -88,6 +89,11 @@ def rpc(url: str, tool: str, args: dict | None = None, timeout: float = 60, **he
     return message_of(r)["result"], r.headers.get("cem-node", "")
 
 
+def node_id(mcp_url: str) -> str:
+    """The id a node shows in its `cem-node` header: a digest of its node URL, not the URL itself."""
+    return hashlib.sha256(mcp_url.removesuffix("/mcp").encode()).hexdigest()[:12]
+
+
 def message_of(r: httpx.Response) -> dict:
     if r.headers.get("content-type", "").startswith("text/event-stream"):
         messages = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and line[5:].strip()]
@@ -116,7 +122,7 @@ def test_a_tenant_is_the_same_on_every_node(deployment: Deployment):
     # A file written through one node reads through the others, and through the balancer whichever node it picks.
     result, node = rpc(n1, "write_workspace_file", {"filename": "notes/plan.txt", "content": "ship it"})
     assert body(result)["success"], result
-    assert node == n1.removesuffix("/mcp")
+    assert node == node_id(n1)
     for url in (n2, n3):
         assert body(rpc(url, "read_workspace_file", {"filename": "notes/plan.txt"})[0])["content"] == "ship it"
     answered = set()
@@ -199,6 +205,11 @@ def test_a_dead_node_loses_only_its_sessions(deployment: Deployment):
     rpc(n1, "write_workspace_file", {"filename": "survives.txt", "content": "still here"})
     rpc(n1, "save_skill", {"name": "keeper", "description": "Kept", "code": "def keep():\n    return 1\n"})
     sanitized = body(rpc(n1, "sanitize_pii", {"text": "call bob@example.org"})[0])["sanitized_text"]
+    legacy = {**ACCEPT, "Authorization": f"Bearer {TOKEN}"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    legacy["Mcp-Session-Id"] = httpx.post(n1, json=init, headers=legacy, timeout=30).headers["mcp-session-id"]
+    legacy["MCP-Protocol-Version"] = "2025-11-25"
 
     # A long call of the doomed session is under way on node 1 when it dies.
     mid_run: dict = {}
@@ -221,6 +232,10 @@ def test_a_dead_node_loses_only_its_sessions(deployment: Deployment):
     result, _ = rpc(d.lb.url, "execute_code", {"code": "result = y", "session_id": "doomed"})
     assert result.get("isError") is True
     assert "was lost" in text(result) and "Start again" in text(result), result
+    assert node_id(n1) in text(result) and "127.0.0.1" not in text(result), "the node is named by its id only"
+    # A legacy MCP session of the dead node is, to the client, an unknown session: 404, start a new one.
+    r = httpx.post(n2, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=legacy, timeout=30)
+    assert r.status_code == 404 and "start a new session" in r.text, (r.status_code, r.text)
     # Asked again, the name starts a new session on a live node.
     result, _ = rpc(d.lb.url, "execute_code", {"code": "result = 'fresh'", "session_id": "doomed"})
     assert body(result)["result"] == "fresh", result
@@ -286,7 +301,7 @@ def test_quotas_hold_across_nodes(tmp_path: Path):
     d = deploy(tmp_path, n=2, extra={"quotas": {"executions_per_minute": 3}})
     try:
         answers = [rpc(d.lb.url, "execute_code", {"code": "result = 1"}) for _ in range(4)]
-        assert {node for _, node in answers} == {d.node_url(0).removesuffix("/mcp"), d.node_url(1).removesuffix("/mcp")}
+        assert {node for _, node in answers} == {node_id(d.node_url(0)), node_id(d.node_url(1))}
         assert [a[0].get("isError", False) for a in answers] == [False, False, False, True]
         assert "quotas.executions_per_minute is 3" in text(answers[3][0])
     finally:

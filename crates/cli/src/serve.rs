@@ -151,7 +151,7 @@ async fn join_cluster(url: &str, args: &ServeArgs) -> anyhow::Result<Arc<cem_clu
     let cluster = cem_cluster::Cluster::connect(url, &node_url)
         .await
         .context("cannot join the shared store")?;
-    tracing::info!(node = %node_url, "a node of a deployment sharing one store");
+    tracing::info!(node = %node_url, id = %cluster.node_id(), "a node of a deployment sharing one store");
     Ok(cluster)
 }
 

@@ -109,6 +109,13 @@ impl Cluster {
         &self.node_url
     }
 
+    /// A short name of this node for clients and logs (12 hex digits of a
+    /// digest of its URL): says which node answered without telling
+    /// clients the deployment's internal addresses.
+    pub fn node_id(&self) -> String {
+        node_id(&self.node_url)
+    }
+
     /// The key peers present on the internal endpoint.
     pub fn node_key(&self) -> &str {
         &self.node_key
@@ -133,6 +140,12 @@ impl Cluster {
         };
         replicas.entry(key.to_string()).or_default().clone()
     }
+}
+
+/// The id of the node reachable at `node_url` (see [`Cluster::node_id`]).
+pub fn node_id(node_url: &str) -> String {
+    use sha2::Digest as _;
+    workspace::hex(&sha2::Sha256::digest(node_url.as_bytes())[..6])
 }
 
 /// What `doctor` reports of a store.

@@ -27,7 +27,8 @@ pub const INTERNAL_PATH: &str = "/internal/mcp";
 pub const NODE_KEY_HEADER: &str = "cem-node-key";
 /// The principal the relaying node authenticated.
 pub const PRINCIPAL_HEADER: &str = "cem-principal";
-/// On every answer of a node with a shared store: which node answered.
+/// On every answer of a node with a shared store: which node answered
+/// (its id, [`cem_cluster::Cluster::node_id`]).
 pub const NODE_HEADER: &str = "cem-node";
 
 /// Request headers a relay passes on (the rest are the hop's own).
@@ -185,14 +186,17 @@ pub fn held(body: &[u8]) -> Option<Held> {
 
 /// The answer to a call whose session died with its node: a tool error
 /// the agent can act on (start again), not a transport error.
-pub fn session_lost(held: &Held, node: &str, why: &str) -> Response {
+/// `node` is shown by its id only (clients do not learn internal
+/// addresses); the cause went to the log.
+pub fn session_lost(held: &Held, node: &str) -> Response {
+    let node = cem_cluster::node_id(node);
     let text = match held.kind {
         cem_cluster::SessionKind::Paused => format!(
-            "the execution waiting for this answer was lost: the server node that ran it ({node}) is gone ({why}). \
+            "the execution waiting for this answer was lost: the server node that ran it (node {node}) is gone. \
              Files, skills and personal-data tokens are intact. Run the code again."
         ),
         _ => format!(
-            "interpreter session '{}' was lost: the server node that held it ({node}) is gone ({why}). \
+            "interpreter session '{}' was lost: the server node that held it (node {node}) is gone. \
              Its variables are gone too; files, skills and personal-data tokens are intact. \
              Start again: call execute_code without session_id, or with a new one, and rebuild what you need.",
             held.id

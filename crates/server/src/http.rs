@@ -215,7 +215,7 @@ async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Ne
     };
     if let Some(f) = &guard.forwarder
         && !response.headers().contains_key(forward::NODE_HEADER)
-        && let Ok(v) = HeaderValue::from_str(f.cluster.node_url())
+        && let Ok(v) = HeaderValue::from_str(&f.cluster.node_id())
     {
         response.headers_mut().insert(forward::NODE_HEADER, v);
     }
@@ -251,7 +251,7 @@ async fn internal_layer(State(guard): State<Arc<Guard>>, request: Request, next:
     let new_session = session.is_none();
     let mut response = next.run(request).await;
     guard.remember(&principal, session, deleting, new_session, &response);
-    if let Ok(v) = HeaderValue::from_str(f.cluster.node_url()) {
+    if let Ok(v) = HeaderValue::from_str(&f.cluster.node_id()) {
         response.headers_mut().insert(forward::NODE_HEADER, v);
     }
     response
@@ -371,7 +371,7 @@ impl Guard {
                             .release(held.kind, &principal.tenant, &held.id)
                             .await;
                         tracing::warn!(%node, session = %held.id, %why, "a session's node is gone");
-                        forward::session_lost(&held, &node, &why)
+                        forward::session_lost(&held, &node)
                     }
                 });
             }
@@ -391,11 +391,13 @@ impl Guard {
                         Err(forward::Failed::Unreachable(why)) => {
                             let kind = cem_cluster::SessionKind::Mcp;
                             let _ = f.cluster.release(kind, &owner, id).await;
+                            tracing::warn!(%node, %why, "an MCP session's node is gone");
                             plain(
                                 StatusCode::NOT_FOUND,
                                 format!(
-                                    "session not found: the server node that held it ({node}) is gone ({why}); \
-                                     start a new session with an initialize request"
+                                    "session not found: the server node that held it (node {}) is gone; \
+                                     start a new session with an initialize request",
+                                    cem_cluster::node_id(&node)
                                 ),
                             )
                         }
