@@ -340,9 +340,15 @@ impl Guard {
             return Ok(request);
         };
         let (parts, body) = request.into_parts();
+        // POST bodies were read (and bounded) by `check` already.
         let bytes = axum::body::to_bytes(body, self.body_limit)
             .await
-            .unwrap_or_default();
+            .map_err(|e| {
+                plain(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {e}"),
+                )
+            })?;
         let here = f.cluster.node_url();
         let session = parts
             .headers
