@@ -91,10 +91,26 @@ pub async fn after_call(state: &AppState, session: &Session, name: &str, answer:
     };
     if let Err(e) = push(cluster, state, session, name, answer).await {
         tracing::error!(error = %e, tool = name, tenant = %state.tenant, "the shared store was not updated");
-        let message = format!(
-            "{e}. The change was made on this node only and other nodes may not see it; retry the call"
-        );
-        *answer = Answer::Plain(Err(ToolFailure(message)));
+        match answer {
+            // The code ran, with whatever effects it had: say so beside its
+            // answer rather than invite a rerun.
+            Answer::Flagged { body, .. } => {
+                if let Some(obj) = body.as_object_mut() {
+                    obj.insert(
+                        "store_warning".into(),
+                        Value::String(format!(
+                            "{e}. Files this code wrote and tokens in this answer may be unknown to the server's other nodes until a later call succeeds"
+                        )),
+                    );
+                }
+            }
+            _ => {
+                let message = format!(
+                    "{e}. The change was made on this node only and other nodes may not see it; retry the call"
+                );
+                *answer = Answer::Plain(Err(ToolFailure(message)));
+            }
+        }
     }
 }
 
