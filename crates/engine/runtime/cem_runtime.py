@@ -378,6 +378,22 @@ def search_tools(query, category=None, detail_level="summary", limit=10):
     return _host("search", args, "search_tools")
 
 
+def report_progress(done, total=None, message=None):
+    """Tells the client how far the work is (shown to people by clients that display MCP progress):
+    `done` (a number that only grows), `total` if known, and a short `message`. Cheap: call it as often
+    as you like; the host forwards a few updates a second at most."""
+    if isinstance(done, bool) or not isinstance(done, (int, float)):
+        raise TypeError("report_progress: done must be a number")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))):
+        raise TypeError("report_progress: total must be a number or None")
+    update = {"type": "progress", "done": float(done)}
+    if total is not None:
+        update["total"] = float(total)
+    if message is not None:
+        update["message"] = str(message)[:200]
+    _send(update)
+
+
 _TOKEN = re.compile(r"\[(?:EMAIL|PHONE|SSN|CREDIT_CARD|IP|IBAN|SECRET)_[1-9][0-9]*\]")
 
 
@@ -760,6 +776,7 @@ def _namespace():
         "call_tool": call_tool,
         "call_tool_async": call_tool_async,
         "search_tools": search_tools,
+        "report_progress": report_progress,
         "install": install,
         "InstallError": InstallError,
         "tokenize_pii": tokenize_pii,

@@ -30,6 +30,11 @@ pub trait Bridge: Send + Sync {
     /// `import servers.<server>` found no wrappers (`{"server"}`): list the
     /// server's tools (starting it if needed) and write them.
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
+    /// `report_progress(done, total, message)` from code
+    /// (`{"done", "total"?, "message"?}`); nothing is answered.
+    fn progress(&self, update: Value) {
+        let _ = update;
+    }
     /// Time this execution has spent waiting for a human to approve a call
     /// (the wait under way included). The execution's timeout is extended
     /// by it: the code is not running while a person reads the question.

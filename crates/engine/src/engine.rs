@@ -84,6 +84,10 @@ pub struct ExecRequest {
 struct Session {
     interp: Option<Interp>,
     last_used: Instant,
+    /// Set while an execution runs and cleared when it ends: still set
+    /// at the next one means that run was abandoned (cancelled) and its
+    /// interpreter killed, so the session starts afresh, and says so.
+    interrupted: bool,
 }
 
 struct Ready {
@@ -474,6 +478,7 @@ impl Engine {
                     Arc::new(Mutex::new(Session {
                         interp: None,
                         last_used: Instant::now(),
+                        interrupted: false,
                     }))
                 })
                 .clone()
@@ -481,6 +486,13 @@ impl Engine {
         let mut session = session.lock().await;
         session.last_used = Instant::now();
         let mut note = None;
+        if session.interrupted {
+            note = Some(
+                "the previous execution in this session was cancelled and its interpreter killed: \
+                 the session started afresh, without the variables it had"
+                    .to_string(),
+            );
+        }
         if let Some(interp) = &mut session.interp {
             if reset || interp.exited() {
                 interp.kill().await;
@@ -492,12 +504,14 @@ impl Engine {
                 ));
             }
         }
-        if session.interp.is_none() {
-            session.interp = Some(self.start_interp(ready, memory_mb).await?);
-        }
-        let Some(interp) = session.interp.as_mut() else {
-            return Err(EngineError::Start("the session has no interpreter".into()));
+        // Out of the session while it runs: if this future is dropped (the
+        // call was cancelled), the interpreter is dropped with it, which
+        // kills its process, and the session is left without one.
+        let mut interp = match session.interp.take() {
+            Some(interp) => interp,
+            None => self.start_interp(ready, memory_mb).await?,
         };
+        session.interrupted = true;
         let outcome = interp
             .exchange(
                 message,
@@ -508,14 +522,13 @@ impl Engine {
                 stats,
             )
             .await;
+        session.interrupted = false;
         let mut answer = match outcome {
             Ok(msg) => {
+                session.interp = Some(interp);
                 ExecAnswer::from_runtime(&msg, self.options.sandbox.max_output_chars as usize)
             }
-            Err(f) => {
-                session.interp = None;
-                ExecAnswer::failed(&f, timeout_s, memory_mb, true)
-            }
+            Err(f) => ExecAnswer::failed(&f, timeout_s, memory_mb, true),
         };
         if note.is_some() {
             answer.note = note;

@@ -416,6 +416,11 @@ impl Interp {
                     Some("install") => {
                         calls.push(install(msg, installs, stats));
                     }
+                    Some("progress") => {
+                        if let Some(bridge) = bridge {
+                            bridge.progress(msg);
+                        }
+                    }
                     Some(kind @ ("call" | "search" | "pii" | "skill" | "wrappers")) => {
                         let kind = kind.to_string();
                         calls.push(relay(&kind, msg, bridge, stats));

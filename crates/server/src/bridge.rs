@@ -81,6 +81,15 @@ impl Bridge for ToolBridge {
         })
     }
 
+    fn progress(&self, update: Value) {
+        if let Some(sink) = &self.session.progress
+            && let Some(done) = update["done"].as_f64()
+        {
+            let message = update["message"].as_str().map(str::to_string);
+            sink.report(done, update["total"].as_f64(), message);
+        }
+    }
+
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let session = self.session.clone();
         // Detection is CPU work: off the async workers.

@@ -72,6 +72,15 @@ pub struct Paused {
     expires: std::time::Instant,
 }
 
+impl Drop for Paused {
+    /// A paused execution given up (cancelled, expired, or its session
+    /// gone) is stopped: its task's future is dropped, which kills its
+    /// interpreter.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 impl std::fmt::Debug for Paused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Paused")
@@ -180,6 +189,27 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // notifications/cancelled: the call's future is dropped, and with
+        // it an execution's interpreter (its process is killed), its slot
+        // and the upstream calls it was waiting on.
+        let cancelled = context.ct.clone();
+        let name = request.name.to_string();
+        tokio::select! {
+            answer = self.run_tool(request, context) => answer,
+            () = cancelled.cancelled() => {
+                tracing::info!(session = self.session, tool = %name, "cancelled by the client");
+                Err(ErrorData::internal_error("cancelled by the client", None))
+            }
+        }
+    }
+}
+
+impl McpHandler {
+    async fn run_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let state = self.tenant(&context, Some(&name))?;
         let args = Args::new(request.arguments);
@@ -189,6 +219,12 @@ impl ServerHandler for McpHandler {
             self.session,
         );
         let mut session = state.session(&key);
+        session.progress = context.meta.get_progress_token().map(|token| {
+            Arc::new(crate::progress::ProgressSink::new(
+                context.peer.clone(),
+                token,
+            ))
+        });
         if name == "execute_code" {
             if let Some(handle) = request.request_state {
                 return self

@@ -17,6 +17,7 @@ pub mod gate;
 mod handler;
 mod http;
 pub mod privacy;
+pub mod progress;
 pub mod quota;
 pub mod skills;
 mod state;

@@ -29,6 +29,9 @@ pub struct Session {
     pub approver: Option<crate::approval::SharedApprover>,
     /// Why there is no approver, in words for the refusal.
     pub no_approver: String,
+    /// Where `report_progress` from code goes (the request carried a
+    /// progress token).
+    pub progress: Option<Arc<crate::progress::ProgressSink>>,
 }
 
 impl Session {

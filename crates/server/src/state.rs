@@ -101,6 +101,7 @@ impl AppState {
             vault: self.vaults.get(key),
             approver: None,
             no_approver: "nothing here can ask a person".into(),
+            progress: None,
         }
     }
 

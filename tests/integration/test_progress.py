@@ -1,0 +1,131 @@
+"""Long-running work over MCP: progress notifications from code, and cancellation that stops an execution.
+
+Real clients: the Python SDK 2.x (stdio, and HTTP in the stateless 2026-07-28 mode) and the TypeScript SDK 1.x
+(stdio). Whether an execution really stopped is read from a heartbeat file its code appends to: after the
+cancellation the file must stop growing, and the next execution must run at once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from conftest import BIN, CLIENTS, JS, start_http, stdio_params
+
+pytestmark = pytest.mark.anyio
+
+STEPS = "import time\nfor i in range(1, 6):\n    time.sleep(0.15)\n    report_progress(i, 5, f'step {i}')\nresult = 'done'"
+HEARTBEAT = "import time\nwhile True:\n    with open('beat.txt', 'a') as f:\n        f.write('x')\n    time.sleep(0.05)"
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def progress_of(client: Client) -> tuple[list[tuple[float, float | None, str | None]], dict]:
+    seen = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    result = await client.call_tool("execute_code", {"code": STEPS}, progress_callback=on_progress)
+    return seen, json.loads(result.content[0].text)
+
+
+def check_progress(seen: list, answer: dict) -> None:
+    assert answer["result"] == "done", answer
+    assert len(seen) >= 3, seen
+    done = [p for p, _, _ in seen]
+    assert done == sorted(done) and len(set(done)) == len(done), f"progress must only grow: {seen}"
+    assert seen[-1] == (5.0, 5.0, "step 5"), "the final update is never dropped"
+    assert all(total == 5.0 and message.startswith("step ") for _, total, message in seen)
+
+
+async def test_progress_reaches_the_python_sdk_over_stdio(data_dir: Path):
+    async with Client(stdio_params(data_dir)) as client:
+        check_progress(*await progress_of(client))
+
+
+async def test_progress_reaches_the_python_sdk_over_stateless_http(data_dir: Path):
+    server = start_http(data_dir)
+    try:
+        async with Client(server.url) as client:
+            check_progress(*await progress_of(client))
+    finally:
+        server.stop()
+
+
+async def test_updates_come_a_few_a_second_at_most(data_dir: Path):
+    """A tight loop reporting 100,000 times: the client gets a handful, rate-limited, the last one included."""
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    code = "for i in range(1, 100001):\n    report_progress(i, 100000)\nresult = 1"
+    async with Client(stdio_params(data_dir)) as client:
+        result = await client.call_tool("execute_code", {"code": code}, progress_callback=on_progress)
+    assert not result.is_error, result
+    assert 1 <= len(seen) < 100, len(seen)
+    assert seen[-1] == 100000
+
+
+def beats(data_dir: Path) -> int:
+    path = data_dir / "workspace" / "beat.txt"
+    return path.stat().st_size if path.exists() else 0
+
+
+async def cancel_after(client: Client, arguments: dict, seconds: float) -> float:
+    """Starts execute_code, cancels the request after `seconds` (the SDK sends notifications/cancelled)."""
+    async with anyio.create_task_group() as tg:
+        async def run():
+            await client.call_tool("execute_code", arguments)
+
+        tg.start_soon(run)
+        await anyio.sleep(seconds)
+        tg.cancel_scope.cancel()
+    return time.monotonic()
+
+
+async def test_a_cancelled_execution_stops_at_once_and_the_next_runs(data_dir: Path):
+    async with Client(stdio_params(data_dir)) as client:
+        for arguments in ({"code": HEARTBEAT}, {"code": HEARTBEAT, "session_id": "s"}):
+            (data_dir / "workspace" / "beat.txt").unlink(missing_ok=True)
+            if "session_id" in arguments:
+                await client.call_tool("execute_code", {"code": "kept = 1", "session_id": "s"})
+            await cancel_after(client, arguments, 1.5)
+            assert beats(data_dir) > 0, "the code ran before it was cancelled"
+            await anyio.sleep(1.0)  # within a second of the cancellation it is dead
+            settled = beats(data_dir)
+            await anyio.sleep(0.5)
+            assert beats(data_dir) == settled, "the execution still runs after its cancellation"
+            started = time.monotonic()
+            result = await client.call_tool("execute_code", {"code": "result = 6 * 7", **(
+                {"session_id": "s"} if "session_id" in arguments else {})})
+            answer = json.loads(result.content[0].text)
+            assert answer["result"] == 42 and time.monotonic() - started < 5, answer
+            if "session_id" in arguments:
+                assert "cancelled" in answer.get("note", ""), "the session says it was reset"
+                again = await client.call_tool("execute_code", {"code": "result = kept", "session_id": "s"})
+                assert "NameError" in again.content[0].text, "the session's variables went with its interpreter"
+
+
+def test_the_typescript_sdk_sees_progress_and_cancels(data_dir: Path):
+    out = subprocess.run(["node", str(CLIENTS / "ts_progress_client.mjs"), str(BIN), str(data_dir)],
+                         capture_output=True, text=True, timeout=120, cwd=JS)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout)
+    assert seen["result"] == "done"
+    updates = [(p["progress"], p.get("total"), p.get("message")) for p in seen["progress"]]
+    assert len(updates) >= 3 and updates[-1] == (5, 5, "step 5"), updates
+    assert seen["cancelled"].startswith("rejected"), seen
+    assert seen["cancelledAfterMs"] < 5000, seen
+    assert seen["beatsBeforeCancel"] > 0 and seen["stillGrowing"] is False, seen
+    assert seen["next"] == 42, seen
