@@ -162,7 +162,12 @@ impl McpHandler {
                     serde_json::Value::Object(map) => map,
                     _ => serde_json::Map::new(),
                 };
+                let output = match tools::output_schema(t.name) {
+                    serde_json::Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
                 Tool::new(t.name, t.description, Arc::new(schema))
+                    .with_raw_output_schema(Arc::new(output))
             })
             .collect()
     }

@@ -68,6 +68,50 @@ pub fn listed(set: ToolSet) -> impl Iterator<Item = &'static ToolDef> {
         .filter(move |t| set == ToolSet::Full || t.minimal)
 }
 
+/// The `outputSchema` of tool `name`: its `structuredContent` is an object
+/// with `success` and, on success, these fields (errors carry `error`).
+/// Terse on purpose, as every `tools/list` pays for it: only fields every
+/// successful answer carries, with the one type they always have.
+pub fn output_schema(name: &str) -> Value {
+    let fields: &[(&str, &str)] = match name {
+        "execute_code" => &[
+            ("result", ""),
+            ("output", "string"),
+            ("execution_time_ms", "integer"),
+            ("tool_calls", "integer"),
+        ],
+        "search_tools" => &[("count", "integer"), ("tools", "array")],
+        "get_tool_definition" => &[("name", "string")],
+        "list_tool_categories" => &[("count", "integer"), ("categories", "array")],
+        "write_workspace_file" => &[("filename", "string"), ("size", "integer")],
+        "read_workspace_file" => &[("content", "string"), ("size", "integer")],
+        "list_workspace_files" => &[("files", "array"), ("count", "integer")],
+        "get_execution_stats" => &[("version", "string"), ("uptime_seconds", "integer")],
+        "sanitize_pii" => &[("sanitized_text", "string"), ("pii_found", "integer")],
+        "restore_pii" => &[("restored_text", "string"), ("restored", "integer")],
+        "save_skill" => &[("name", "string"), ("version", "integer")],
+        "load_skill" => &[
+            ("name", "string"),
+            ("code", "string"),
+            ("version", "integer"),
+        ],
+        "list_skills" => &[("count", "integer"), ("skills", "array")],
+        "delete_skill" => &[("name", "string"), ("versions", "integer")],
+        _ => &[],
+    };
+    let mut properties = serde_json::Map::new();
+    properties.insert("success".into(), json!({"type": "boolean"}));
+    for (field, kind) in fields {
+        let schema = if kind.is_empty() {
+            json!({})
+        } else {
+            json!({"type": kind})
+        };
+        properties.insert((*field).into(), schema);
+    }
+    json!({"type": "object", "properties": properties, "required": ["success"]})
+}
+
 /// A tool's failure, returned to the agent as a tool error it can act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolFailure(pub String);
@@ -173,4 +217,23 @@ pub(crate) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| ToolFailure(format!("internal error: the task failed ({e}); retry")))?
+}
+
+#[cfg(test)]
+mod output_tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_declares_what_its_answer_holds() {
+        for tool in TOOLS {
+            let schema = output_schema(tool.name);
+            let properties = schema["properties"].as_object().map(|p| p.len());
+            assert!(
+                properties.is_some_and(|n| n >= 2),
+                "{} declares no fields beyond success: {schema}",
+                tool.name
+            );
+            assert_eq!(schema["required"], json!(["success"]), "{}", tool.name);
+        }
+    }
 }
