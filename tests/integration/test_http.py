@@ -161,6 +161,46 @@ def test_sessions_are_separate(http_server: HttpServer):
     assert r.status_code == 200 and [t["name"] for t in sse_json(r.text)[0]["result"]["tools"]] == ALL_TOOLS
 
 
+def test_deleting_a_session_answers_no_content(http_server: HttpServer):
+    # rmcp answers 202 Accepted, which the Python SDK warns about: the session is gone, not pending.
+    sid = open_http_session(http_server)
+    d = httpx.delete(http_server.url, headers={"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
+    assert d.status_code == 204, (d.status_code, d.text)
+    assert d.content == b""
+    after = httpx.post(http_server.url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                       headers={**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=10)
+    assert after.status_code == 404
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"'])
+def test_body_that_is_not_json_is_a_parse_error(http_server: HttpServer, body: bytes):
+    r = httpx.post(http_server.url, content=body, headers=ACCEPT, timeout=10)
+    assert r.status_code == 400, (r.status_code, r.text)
+    assert r.headers["content-type"].startswith("application/json")
+    answer = r.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32700
+    message = answer["error"]["message"]
+    assert message.startswith("Parse error: ") and "send one JSON-RPC message" in message, message
+    if not body:
+        assert "the request body is empty" in message
+
+
+@pytest.mark.parametrize("in_session", [False, True])
+def test_batch_is_refused(http_server: HttpServer, in_session: bool):
+    headers = dict(ACCEPT)
+    if in_session:
+        headers.update({"Mcp-Session-Id": open_http_session(http_server), "MCP-Protocol-Version": "2025-11-25"})
+    batch = [{"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, {"jsonrpc": "2.0", "id": 3, "method": "ping"}]
+    r = httpx.post(http_server.url, json=batch, headers=headers, timeout=10)
+    assert r.status_code == 400, (r.status_code, r.text)
+    answer = r.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] is None
+    assert answer["error"]["code"] == -32600
+    assert answer["error"]["message"].endswith(
+        "batches are not supported; send one JSON-RPC message per request"), answer
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_shuts_down_cleanly(data_dir: Path, sig: int):
     server = start_http(data_dir)

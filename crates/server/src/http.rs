@@ -200,6 +200,7 @@ async fn readiness(cluster: Option<Arc<cem_cluster::Cluster>>) -> Response {
 }
 
 async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let deleting = request.method() == Method::DELETE;
     let mut response = match guard.check(request).await {
         Ok((request, principal, new_session)) => match guard.route(request, &principal).await {
             Err(relayed) => relayed,
@@ -213,6 +214,16 @@ async fn guard_layer(State(guard): State<Arc<Guard>>, request: Request, next: Ne
         },
         Err(response) => response,
     };
+    // rmcp answers an ended session 202 Accepted, which clients read as
+    // "still in progress" (the Python SDK warns); the session is gone, so
+    // say so. Here rather than in `internal_layer`, so that a DELETE a
+    // peer served gets the same answer.
+    if deleting && response.status() == StatusCode::ACCEPTED {
+        let (mut parts, _) = response.into_parts();
+        parts.status = StatusCode::NO_CONTENT;
+        parts.headers.remove(header::CONTENT_LENGTH);
+        response = Response::from_parts(parts, Body::empty());
+    }
     if let Some(f) = &guard.forwarder
         && !response.headers().contains_key(forward::NODE_HEADER)
         && let Ok(v) = HeaderValue::from_str(&f.cluster.node_id())
@@ -311,7 +322,9 @@ impl Guard {
                         format!("the request body is over {} bytes", self.body_limit),
                     )
                 })?;
-            if let Some(missing) = missing_ability(&principal, &bytes) {
+            let message = one_message(&bytes)
+                .map_err(|refusal| jsonrpc_error(StatusCode::BAD_REQUEST, refusal))?;
+            if let Some(missing) = missing_ability(&principal, &message) {
                 let scope = self.auth.scope_of(missing);
                 return Err(self.refuse(&Rejection::insufficient(
                     scope.clone(),
@@ -504,22 +517,66 @@ fn plain(status: StatusCode, message: String) -> Response {
     (status, format!("{message}\n")).into_response()
 }
 
-/// The first ability a JSON-RPC body (one message or a batch) needs that
-/// `principal` lacks. Only tools/call needs one: listing and the protocol's
-/// own messages are open to any valid credential. A body that is not JSON
-/// is left for the MCP layer to refuse.
-fn missing_ability(principal: &Principal, body: &[u8]) -> Option<Ability> {
-    let value: Value = serde_json::from_slice(body).ok()?;
-    let messages = match &value {
-        Value::Array(items) => items.iter().collect::<Vec<_>>(),
-        one => vec![one],
-    };
-    messages
-        .into_iter()
-        .filter(|m| m["method"] == "tools/call")
-        .filter_map(|m| m["params"]["name"].as_str())
-        .filter_map(Ability::for_tool)
-        .find(|a| !principal.can(*a))
+/// A JSON-RPC error the guard answers itself: its code and message.
+#[derive(Debug, PartialEq)]
+struct Refusal {
+    code: i64,
+    message: String,
+}
+
+/// The JSON-RPC message a POST body holds, or why it holds none. rmcp would
+/// answer both refusals 415 with a plain-text serde error, which neither
+/// names the mistake nor is a JSON-RPC answer a client can show.
+fn one_message(body: &[u8]) -> Result<Value, Refusal> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        let what = if body.iter().all(u8::is_ascii_whitespace) {
+            "the request body is empty".to_string()
+        } else {
+            format!("the request body is not valid JSON ({e})")
+        };
+        Refusal {
+            code: -32700,
+            message: format!(
+                "Parse error: {what}; send one JSON-RPC message as a JSON object, \
+                 with Content-Type: application/json"
+            ),
+        }
+    })?;
+    // MCP removed JSON-RPC batching (2025-06-18), and rmcp reads one
+    // message a request; refusing here also keeps a batch's tools/call
+    // from slipping past the scope check.
+    if value.is_array() {
+        return Err(Refusal {
+            code: -32600,
+            message: "Invalid Request: JSON-RPC batches are not supported; \
+                      send one JSON-RPC message per request"
+                .into(),
+        });
+    }
+    Ok(value)
+}
+
+/// A JSON-RPC error answer with no id (the request's could not be read).
+fn jsonrpc_error(status: StatusCode, refusal: Refusal) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": refusal.code, "message": refusal.message},
+    });
+    (status, axum::Json(body)).into_response()
+}
+
+/// The ability a JSON-RPC message needs that `principal` lacks. Only
+/// tools/call needs one: listing and the protocol's own messages are open
+/// to any valid credential.
+fn missing_ability(principal: &Principal, message: &Value) -> Option<Ability> {
+    if message["method"] != "tools/call" {
+        return None;
+    }
+    message["params"]["name"]
+        .as_str()
+        .and_then(Ability::for_tool)
+        .filter(|a| !principal.can(*a))
 }
 
 #[cfg(test)]
@@ -530,28 +587,42 @@ mod tests {
     #[test]
     fn tool_calls_need_their_ability() {
         let reader = Principal::subject("i", "r", BTreeSet::from([Ability::ToolsRead]));
-        let call = |tool: &str| {
-            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool}})
-                .to_string()
-        };
+        let call = |tool: &str| json!({"method": "tools/call", "params": {"name": tool}});
+        assert_eq!(missing_ability(&reader, &call("search_tools")), None);
         assert_eq!(
-            missing_ability(&reader, call("search_tools").as_bytes()),
-            None
-        );
-        assert_eq!(
-            missing_ability(&reader, call("execute_code").as_bytes()),
+            missing_ability(&reader, &call("execute_code")),
             Some(Ability::Execute)
         );
-        let batch = format!("[{}, {}]", call("list_skills"), call("save_skill"));
         assert_eq!(
-            missing_ability(&reader, batch.as_bytes()),
+            missing_ability(&reader, &call("save_skill")),
             Some(Ability::SkillsWrite)
         );
-        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
-        assert_eq!(missing_ability(&reader, list.as_bytes()), None);
+        let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        assert_eq!(missing_ability(&reader, &list), None);
         assert_eq!(
-            missing_ability(&Principal::local(), call("execute_code").as_bytes()),
+            missing_ability(&Principal::local(), &call("execute_code")),
             None
         );
+    }
+
+    #[test]
+    fn a_body_must_be_one_json_rpc_message() {
+        let one = br#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#;
+        assert_eq!(
+            one_message(one).map(|m| m["method"].clone()),
+            Ok(json!("tools/list"))
+        );
+        let code = |body: &[u8]| one_message(body).err().map(|r| r.code);
+        assert_eq!(code(b"{not json"), Some(-32700));
+        assert_eq!(code(b""), Some(-32700));
+        // A batch is refused whole, even one whose tool calls are allowed.
+        let batch = format!("[{}]", String::from_utf8_lossy(one));
+        assert_eq!(code(batch.as_bytes()), Some(-32600));
+        assert_eq!(code(b"[]"), Some(-32600));
+        let empty = one_message(b" \n")
+            .err()
+            .map(|r| r.message)
+            .unwrap_or_default();
+        assert!(empty.contains("the request body is empty"), "{empty}");
     }
 }
