@@ -6,10 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitResult, ElicitationAction,
     Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
+use rmcp::service::SubscriptionContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -34,6 +37,9 @@ pub struct McpHandler {
     /// The tenant this session belongs to, set by its first request: a
     /// session is never used by another principal.
     bound: Arc<OnceLock<Arc<AppState>>>,
+    /// Resources this (legacy) session subscribed to with
+    /// `resources/subscribe`.
+    subscribed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Dropped with the last clone: the session is over, its vault goes.
     _ended: Arc<SessionEnd>,
 }
@@ -42,10 +48,13 @@ pub struct McpHandler {
 struct SessionEnd {
     bound: Arc<OnceLock<Arc<AppState>>>,
     session: u64,
+    /// Cancelled when the session ends: stops its subscription forwarder.
+    over: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for SessionEnd {
     fn drop(&mut self) {
+        self.over.cancel();
         let Some(state) = self.bound.get() else {
             return;
         };
@@ -106,11 +115,13 @@ impl McpHandler {
         let ended = Arc::new(SessionEnd {
             bound: bound.clone(),
             session,
+            over: tokio_util::sync::CancellationToken::new(),
         });
         Self {
             tenants,
             session,
             bound,
+            subscribed: Arc::default(),
             _ended: ended,
         }
     }
@@ -175,9 +186,15 @@ impl McpHandler {
 
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_server_info(
-            Implementation::new("code-execution-mcp", env!("CARGO_PKG_VERSION")),
-        )
+        let capabilities = ServerCapabilities::builder()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .build();
+        ServerConfig::new(capabilities).with_server_info(Implementation::new(
+            "code-execution-mcp",
+            env!("CARGO_PKG_VERSION"),
+        ))
     }
 
     async fn list_tools(
@@ -187,6 +204,139 @@ impl ServerHandler for McpHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.tenant(&context, None)?;
         Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let state = self.tenant(&context, Some("list_workspace_files"))?;
+        let session = self.session_of(&state, &context);
+        Ok(ListResourcesResult::with_all_items(
+            crate::resources::list(&state, &session).await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.tenant(&context, None)?;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let tool = if request.uri.starts_with(crate::resources::SKILL) {
+            "load_skill"
+        } else {
+            "read_workspace_file"
+        };
+        let state = self.tenant(&context, Some(tool))?;
+        let session = self.session_of(&state, &context);
+        Ok(ReadResourceResponse::Complete(
+            crate::resources::read(&state, &session, &request.uri).await?,
+        ))
+    }
+
+    #[allow(deprecated)] // the legacy (before 2026-07-28) subscription
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let state = self.tenant(&context, Some("read_workspace_file"))?;
+        let first = {
+            let mut subscribed = self
+                .subscribed
+                .lock()
+                .map_err(|_| ErrorData::internal_error("subscriptions are poisoned", None))?;
+            let first = subscribed.is_empty();
+            subscribed.insert(request.uri);
+            first
+        };
+        if first {
+            let mut changes = state.changes.subscribe();
+            let (subscribed, peer) = (self.subscribed.clone(), context.peer.clone());
+            let over = self._ended.over.clone();
+            tokio::spawn(async move {
+                loop {
+                    let uri = tokio::select! {
+                        () = over.cancelled() => return,
+                        changed = changes.recv() => match changed {
+                            Ok(uri) => uri,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                            Err(_) => return,
+                        },
+                    };
+                    let wanted = subscribed.lock().is_ok_and(|s| s.contains(&uri));
+                    if wanted {
+                        let _ = peer
+                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                            .await;
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if let Ok(mut subscribed) = self.subscribed.lock() {
+            subscribed.remove(&request.uri);
+        }
+        Ok(())
+    }
+
+    /// 2026-07-28 `subscriptions/listen`: resource updates of our URIs.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let ours = |u: &String| {
+            u.starts_with(crate::resources::WORKSPACE) || u.starts_with(crate::resources::SKILL)
+        };
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = requested
+            .resource_subscriptions
+            .as_ref()
+            .map(|uris| uris.iter().filter(|u| ours(u)).cloned().collect());
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let state = self.tenant(context.request_context(), Some("read_workspace_file"))?;
+        let mut changes = state.changes.subscribe();
+        loop {
+            let uri = tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.recv() => match changed {
+                    Ok(uri) => uri,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return Ok(()),
+                },
+            };
+            let wanted = context
+                .accepted()
+                .resource_subscriptions
+                .as_ref()
+                .is_some_and(|uris| uris.contains(&uri));
+            if wanted {
+                let _ = context.sink().notify_resource_updated(uri).await;
+            }
+        }
     }
 
     async fn call_tool(
@@ -210,6 +360,19 @@ impl ServerHandler for McpHandler {
 }
 
 impl McpHandler {
+    /// The caller's session (its vault) for a request of `state`'s tenant.
+    fn session_of(
+        &self,
+        state: &AppState,
+        context: &RequestContext<RoleServer>,
+    ) -> crate::privacy::Session {
+        let key = crate::privacy::session_key(
+            context.extensions.get::<axum::http::request::Parts>(),
+            self.session,
+        );
+        state.session(&key)
+    }
+
     async fn run_tool(
         &self,
         request: CallToolRequestParams,
@@ -395,14 +558,16 @@ impl McpHandler {
                 tracing::info!(session = self.session, tool = %name, error = %failure.0, "tool error");
                 CallToolResult::structured_error(json!({"success": false, "error": failure.0}))
             }
-            tools::Answer::Flagged {
-                body,
-                is_error: false,
-            } => CallToolResult::structured(body),
-            tools::Answer::Flagged {
-                body,
-                is_error: true,
-            } => CallToolResult::structured_error(body),
+            tools::Answer::Flagged { body, is_error } => {
+                let links = crate::resources::links(&body);
+                let mut result = if is_error {
+                    CallToolResult::structured_error(body)
+                } else {
+                    CallToolResult::structured(body)
+                };
+                result.content.extend(links);
+                result
+            }
         }
     }
 }

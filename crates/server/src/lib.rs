@@ -19,6 +19,7 @@ mod http;
 pub mod privacy;
 pub mod progress;
 pub mod quota;
+pub mod resources;
 pub mod skills;
 mod state;
 mod stdio;

@@ -152,6 +152,10 @@ pub async fn save(
     .await??;
     if !saved.unchanged {
         state.catalog.skills_changed().await;
+        crate::resources::changed(
+            state,
+            format!("{}{}", crate::resources::SKILL, saved.meta.name),
+        );
     }
     Ok(saved)
 }
@@ -162,6 +166,7 @@ pub async fn delete(state: &Arc<AppState>, name: &str) -> Result<usize, ToolFail
     let owned = name.to_string();
     let gone = crate::cluster::change_skill(state, name, move || store.delete(&owned)).await??;
     state.catalog.skills_changed().await;
+    crate::resources::changed(state, format!("{}{name}", crate::resources::SKILL));
     Ok(gone)
 }
 

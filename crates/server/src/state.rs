@@ -51,6 +51,9 @@ pub struct AppState {
     /// The store shared with other nodes (`store.url`); None: this node's
     /// data directory is the whole store.
     pub cluster: Option<Arc<cem_cluster::Cluster>>,
+    /// The URIs of resources (workspace files, skills) as they change, for
+    /// subscribed clients.
+    pub changes: tokio::sync::broadcast::Sender<String>,
 }
 
 /// What every tenant of one server shares: taken from the config and the
@@ -279,6 +282,7 @@ impl AppState {
             crate::cluster::share_audit(&gate.audit, cluster, tenant);
         }
         Ok(Self {
+            changes: tokio::sync::broadcast::channel(256).0,
             cluster,
             tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),

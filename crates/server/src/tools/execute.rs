@@ -97,7 +97,9 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     let code_digest = crate::gate::sha256(request.code.as_bytes());
     let code_bytes = request.code.len();
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
+    let before = crate::resources::snapshot(state).await;
     let outcome = state.engine.execute(request, Some(bridge)).await;
+    let written = crate::resources::written_since(state, before).await;
     if let (Some(cluster), Some(slot)) = (&state.cluster, shared_slot)
         && let Err(e) = cluster.finish_execution(slot).await
     {
@@ -109,6 +111,11 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
             let is_error = !answer.success;
             let mut body = serde_json::to_value(&answer)
                 .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
+            if !written.is_empty()
+                && let Some(obj) = body.as_object_mut()
+            {
+                obj.insert("files_written".into(), json!(written));
+            }
             if privacy::automatic(&state.config.pii) {
                 tokenize_answer(state, session, &mut body);
             }
@@ -199,7 +206,15 @@ fn tokenize_answer(state: &AppState, session: &Session, body: &mut serde_json::V
     };
     let mut counts = std::collections::BTreeMap::new();
     let mut vault = session.vault();
-    for field in ["result", "output", "stderr", "error", "traceback", "note"] {
+    for field in [
+        "result",
+        "output",
+        "stderr",
+        "error",
+        "traceback",
+        "note",
+        "files_written",
+    ] {
         if let Some(value) = obj.get_mut(field) {
             privacy::tokenize_value(&mut vault, value, &state.config.pii.types, &mut counts);
         }

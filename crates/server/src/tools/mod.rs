@@ -145,6 +145,17 @@ pub async fn call(
     if !listed {
         return None;
     }
+    run(state, name, args, session).await
+}
+
+/// Runs `name` whether `tools/list` shows it or not (resources read files
+/// and skills through the tools, under `--tools minimal` too).
+pub(crate) async fn run(
+    state: &Arc<AppState>,
+    name: &str,
+    args: Args,
+    session: &Session,
+) -> Option<Answer> {
     if let Err(e) = crate::cluster::before_call(state, session).await {
         return Some(Answer::Plain(Err(e)));
     }

@@ -53,8 +53,9 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&["filename", "content"])?;
     let filename = args.string("filename")?;
     let content = args.string("content")?;
-    let state = state.clone();
+    let writer = state.clone();
     let written = blocking(move || {
+        let state = writer;
         if state.quota.config().workspace_bytes.is_some() {
             let used = state.workspace.usage()?.bytes;
             let replacing = state
@@ -69,6 +70,7 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
         Ok(state.workspace.write(&filename, content.as_bytes())?)
     })
     .await?;
+    crate::resources::changed(state, crate::resources::workspace_uri(&written.path));
     let verb = if written.created {
         "Created"
     } else {

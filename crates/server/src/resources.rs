@@ -1,0 +1,207 @@
+//! Workspace files and skills as MCP resources: `workspace://{path}` and
+//! `skill://{name}`, listed, read (through the same tools, so personal data
+//! is tokenized and a deployment's store is pulled exactly as for the
+//! tools), announced to subscribers when they change, and linked from the
+//! answer of the execution that wrote them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rmcp::ErrorData;
+use rmcp::model::{ContentBlock, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::privacy::Session;
+use crate::tools::{self, Answer, Args};
+
+pub const WORKSPACE: &str = "workspace://";
+pub const SKILL: &str = "skill://";
+/// Files an answer links at most (the rest are in `files_written`).
+const MAX_LINKS: usize = 50;
+/// Workspaces larger than this are not compared around an execution (the
+/// scan would cost more than the links are worth).
+const MAX_SCANNED: usize = 20_000;
+
+/// The URI of workspace file `path`.
+pub fn workspace_uri(path: &str) -> String {
+    format!("{WORKSPACE}{path}")
+}
+
+/// The two templates clients can fill in.
+pub fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new(format!("{WORKSPACE}{{path}}"), "workspace file")
+            .with_description("A file of the persistent workspace, by its path"),
+        ResourceTemplate::new(format!("{SKILL}{{name}}"), "skill")
+            .with_description("The code of a saved skill")
+            .with_mime_type("text/x-python"),
+    ]
+}
+
+/// Every workspace file and skill of the tenant, as the tools list them.
+pub async fn list(state: &Arc<AppState>, session: &Session) -> Result<Vec<Resource>, ErrorData> {
+    let mut out = Vec::new();
+    let files = body_of(tools::run(state, "list_workspace_files", Args::new(None), session).await)?;
+    for entry in files["files"].as_array().into_iter().flatten() {
+        if entry["type"] != "file" {
+            continue;
+        }
+        let Some(path) = entry["path"].as_str() else {
+            continue;
+        };
+        let mut resource = Resource::new(workspace_uri(path), path);
+        if let Some(size) = entry["size"].as_u64() {
+            resource = resource.with_size(size);
+        }
+        out.push(resource);
+    }
+    let skills = body_of(tools::run(state, "list_skills", Args::new(None), session).await)?;
+    for skill in skills["skills"].as_array().into_iter().flatten() {
+        let Some(name) = skill["name"].as_str() else {
+            continue;
+        };
+        let mut resource =
+            Resource::new(format!("{SKILL}{name}"), name).with_mime_type("text/x-python");
+        if let Some(d) = skill["description"].as_str() {
+            resource = resource.with_description(d);
+        }
+        out.push(resource);
+    }
+    Ok(out)
+}
+
+/// One resource's content: a workspace file (text as the read tool shows
+/// it; other bytes as base64) or a skill's code.
+pub async fn read(
+    state: &Arc<AppState>,
+    session: &Session,
+    uri: &str,
+) -> Result<ReadResourceResult, ErrorData> {
+    if let Some(path) = uri.strip_prefix(WORKSPACE) {
+        let args = Args::new(json!({"filename": path}).as_object().cloned());
+        let answer = tools::run(state, "read_workspace_file", args, session).await;
+        let text = match body_of(answer) {
+            Ok(body) => body["content"].as_str().unwrap_or_default().to_string(),
+            Err(e) if e.message.contains("not UTF-8") || e.message.contains("not text") => {
+                return binary(state, path, uri).await;
+            }
+            Err(e) => return Err(e),
+        };
+        return Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            text, uri,
+        )]));
+    }
+    if let Some(name) = uri.strip_prefix(SKILL) {
+        let args = Args::new(json!({"name": name}).as_object().cloned());
+        let body = body_of(tools::run(state, "load_skill", args, session).await)?;
+        let code = body["code"].as_str().unwrap_or_default().to_string();
+        return Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            code, uri,
+        )]));
+    }
+    Err(ErrorData::resource_not_found(
+        format!("no resource '{uri}': this server serves {WORKSPACE}{{path}} and {SKILL}{{name}}"),
+        None,
+    ))
+}
+
+async fn binary(
+    state: &Arc<AppState>,
+    path: &str,
+    uri: &str,
+) -> Result<ReadResourceResult, ErrorData> {
+    use base64::Engine as _;
+    let (reader, path) = (state.clone(), path.to_string());
+    let bytes = tools::blocking(move || Ok(reader.workspace.read(&path)?))
+        .await
+        .map_err(|e| ErrorData::invalid_params(e.0, None))?;
+    let blob = base64::engine::general_purpose::STANDARD.encode(bytes);
+    Ok(ReadResourceResult::new(vec![ResourceContents::blob(
+        blob, uri,
+    )]))
+}
+
+/// The JSON of a tool's successful answer, or its failure as an error.
+fn body_of(answer: Option<Answer>) -> Result<Value, ErrorData> {
+    match answer {
+        Some(Answer::Plain(Ok(body))) => Ok(body),
+        Some(Answer::Plain(Err(e))) => Err(ErrorData::invalid_params(e.0, None)),
+        Some(Answer::Flagged { body, .. }) => Ok(body),
+        None => Err(ErrorData::internal_error(
+            "the tool behind resources is missing",
+            None,
+        )),
+    }
+}
+
+/// Each workspace file's (size, modification time), to compare with after
+/// an execution; None when the workspace is too large to be worth it.
+pub async fn snapshot(state: &Arc<AppState>) -> Option<HashMap<String, (u64, i128)>> {
+    let st = state.clone();
+    let files = tools::blocking(move || Ok(st.workspace.files()?))
+        .await
+        .ok()?;
+    (files.len() <= MAX_SCANNED).then(|| {
+        files
+            .into_iter()
+            .map(|f| (f.path, (f.size, f.modified_ns)))
+            .collect()
+    })
+}
+
+/// The files created or changed since `before` (path and size, by path),
+/// announced to subscribers as they are found.
+pub async fn written_since(
+    state: &Arc<AppState>,
+    before: Option<HashMap<String, (u64, i128)>>,
+) -> Vec<Value> {
+    let Some(before) = before else {
+        return Vec::new();
+    };
+    let Some(after) = snapshot(state).await else {
+        return Vec::new();
+    };
+    let mut written: Vec<(&String, u64)> = after
+        .iter()
+        .filter(|(path, stamp)| before.get(*path) != Some(stamp))
+        .map(|(path, (size, _))| (path, *size))
+        .collect();
+    written.sort();
+    for path in before.keys().filter(|p| !after.contains_key(*p)) {
+        changed(state, workspace_uri(path));
+    }
+    written
+        .into_iter()
+        .map(|(path, size)| {
+            changed(state, workspace_uri(path));
+            json!({"path": path, "size": size})
+        })
+        .collect()
+}
+
+/// Tells subscribers that `uri` changed.
+pub fn changed(state: &AppState, uri: String) {
+    // No receiver: nobody subscribed; nothing to do.
+    let _ = state.changes.send(uri);
+}
+
+/// Resource links for the files an execution wrote (`files_written` of its
+/// answer), so a client can show or attach them without the model reading
+/// them.
+pub fn links(body: &Value) -> Vec<ContentBlock> {
+    body["files_written"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .take(MAX_LINKS)
+        .filter_map(|f| {
+            let path = f["path"].as_str()?;
+            let mut link = Resource::new(workspace_uri(path), path);
+            if let Some(size) = f["size"].as_u64() {
+                link = link.with_size(size);
+            }
+            Some(ContentBlock::resource_link(link))
+        })
+        .collect()
+}
