@@ -14,6 +14,9 @@ pub enum SessionKind {
     /// An execution paused on an approval question (its `requestState`
     /// handle), waiting for the client's retry.
     Paused,
+    /// An execution running as a task (its task id), polled with
+    /// `tasks/get`.
+    Task,
 }
 
 impl SessionKind {
@@ -22,6 +25,7 @@ impl SessionKind {
             SessionKind::Interpreter => "interpreter",
             SessionKind::Mcp => "mcp",
             SessionKind::Paused => "paused",
+            SessionKind::Task => "task",
         }
     }
 }

@@ -167,6 +167,13 @@ pub struct Held {
 
 pub fn held(body: &[u8]) -> Option<Held> {
     let value: Value = serde_json::from_slice(body).ok()?;
+    if let Some("tasks/get" | "tasks/cancel" | "tasks/update") = value["method"].as_str() {
+        return Some(Held {
+            kind: cem_cluster::SessionKind::Task,
+            id: value["params"]["taskId"].as_str()?.to_string(),
+            rpc_id: value["id"].clone(),
+        });
+    }
     if value["method"] != "tools/call" || value["params"]["name"] != "execute_code" {
         return None;
     }
@@ -191,6 +198,11 @@ pub fn held(body: &[u8]) -> Option<Held> {
 pub fn session_lost(held: &Held, node: &str) -> Response {
     let node = cem_cluster::node_id(node);
     let text = match held.kind {
+        cem_cluster::SessionKind::Task => format!(
+            "task '{}' was lost: the server node that ran it (node {node}) is gone. \
+             Files, skills and personal-data tokens are intact. Run the code again.",
+            held.id
+        ),
         cem_cluster::SessionKind::Paused => format!(
             "the execution waiting for this answer was lost: the server node that ran it (node {node}) is gone. \
              Files, skills and personal-data tokens are intact. Run the code again."

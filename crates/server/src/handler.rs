@@ -11,8 +11,13 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
     SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
+use rmcp::model::{
+    CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, TASKS_EXTENSION_ID,
+    UpdateTaskParams,
+};
 use rmcp::service::RequestContext;
 use rmcp::service::SubscriptionContext;
+use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
@@ -190,6 +195,7 @@ impl ServerHandler for McpHandler {
             .enable_resources()
             .enable_resources_subscribe()
             .enable_tools()
+            .enable_tasks()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "code-execution-mcp",
@@ -204,6 +210,35 @@ impl ServerHandler for McpHandler {
     ) -> Result<ListToolsResult, ErrorData> {
         self.tenant(&context, None)?;
         Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let state = self.tenant(&context, Some("execute_code"))?;
+        Ok(GetTaskResult::new(state.tasks.get_task(&request.task_id)?))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let state = self.tenant(&context, Some("execute_code"))?;
+        state.tasks.cancel_task(&request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let state = self.tenant(&context, Some("execute_code"))?;
+        state
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
     }
 
     async fn list_resources(
@@ -360,6 +395,48 @@ impl ServerHandler for McpHandler {
 }
 
 impl McpHandler {
+    /// Starts execute_code as a task (the client declared the Tasks
+    /// extension): the answer is the task, which `tasks/get` polls until
+    /// the result is there, kept for the task's time to live after the
+    /// client has gone. `tasks/cancel` kills the execution. Approval
+    /// questions cannot be asked from inside a task: an `ask` call is
+    /// refused, saying so.
+    async fn as_task(
+        &self,
+        state: &Arc<AppState>,
+        args: Args,
+        mut session: crate::privacy::Session,
+    ) -> CreateTaskResult {
+        session.no_approver =
+            "the call runs as a task, where this server cannot ask a person; run it without a task to be asked".into();
+        session.progress = None;
+        let (handler, state_for_task) = (self.clone(), state.clone());
+        let task = state.tasks.spawn(
+            TaskOptions::new().with_ttl_ms(TASK_TTL_MS),
+            move |context| {
+                Box::pin(async move {
+                    let run = tools::call(&state_for_task, "execute_code", args, &session);
+                    tokio::select! {
+                        answer = run => match answer {
+                            Some(answer) => Ok(handler.result("execute_code", answer)),
+                            None => Err(TaskExit::Error(ErrorData::internal_error("execute_code is not served here", None))),
+                        },
+                        // Dropping the execution kills its interpreter.
+                        () = context.cancelled() => Err(TaskExit::Cancelled),
+                    }
+                })
+            },
+        );
+        if let Some(cluster) = &state.cluster
+            && let Err(e) = cluster
+                .claim(cem_cluster::SessionKind::Task, &state.tenant, &task.task_id)
+                .await
+        {
+            tracing::warn!(error = %e, "a task's node was not recorded; only this node can answer for it");
+        }
+        CreateTaskResult::new(task)
+    }
+
     /// The caller's session (its vault) for a request of `state`'s tenant.
     fn session_of(
         &self,
@@ -399,6 +476,9 @@ impl McpHandler {
                     .resume(&state, &key, &handle, request.input_responses)
                     .await;
             }
+            if wants_task(&context) {
+                return Ok(self.as_task(&state, args, session).await.into());
+            }
             match approval_route(&context) {
                 Route::InputRequired(client) => {
                     let (questions, rx) = mpsc::unbounded_channel();
@@ -436,6 +516,18 @@ impl McpHandler {
         tracing::debug!(session = self.session, tool = %name, ms = started.elapsed().as_millis() as u64, "tool call");
         Ok(result.into())
     }
+}
+
+/// How long a finished task's result is kept for the client to fetch.
+const TASK_TTL_MS: u64 = 30 * 60 * 1000;
+
+/// Whether the client declared the Tasks extension, so a long call may
+/// answer with a task.
+fn wants_task(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .and_then(|c| c.extensions)
+        .is_some_and(|e| e.contains_key(TASKS_EXTENSION_ID))
 }
 
 /// How an approval question reaches the person behind this request.

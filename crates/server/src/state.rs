@@ -54,6 +54,25 @@ pub struct AppState {
     /// The URIs of resources (workspace files, skills) as they change, for
     /// subscribed clients.
     pub changes: tokio::sync::broadcast::Sender<String>,
+    /// execute_code calls run as tasks (the MCP Tasks extension), until
+    /// their time to live has passed.
+    pub tasks: Tasks,
+}
+
+/// The tenant's tasks (rmcp's manager, which keeps no `Debug`).
+pub struct Tasks(rmcp::task_manager::TaskManager);
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tasks({} running)", self.0.running_task_count())
+    }
+}
+
+impl std::ops::Deref for Tasks {
+    type Target = rmcp::task_manager::TaskManager;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 /// What every tenant of one server shares: taken from the config and the
@@ -283,6 +302,7 @@ impl AppState {
         }
         Ok(Self {
             changes: tokio::sync::broadcast::channel(256).0,
+            tasks: Tasks(rmcp::task_manager::TaskManager::new()),
             cluster,
             tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),
