@@ -82,11 +82,15 @@ def beats(data_dir: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-async def cancel_after(client: Client, arguments: dict, seconds: float) -> float:
-    """Starts execute_code, cancels the request after `seconds` (the SDK sends notifications/cancelled)."""
+async def cancel_after(client: Client, arguments: dict, seconds: float, progress: bool = False) -> float:
+    """Starts execute_code (asking for progress, or not), cancels the request after `seconds` (the SDK sends
+    notifications/cancelled)."""
+    async def ignore(*_):
+        pass
+
     async with anyio.create_task_group() as tg:
         async def run():
-            await client.call_tool("execute_code", arguments)
+            await client.call_tool("execute_code", arguments, progress_callback=ignore if progress else None)
 
         tg.start_soon(run)
         await anyio.sleep(seconds)
@@ -129,3 +133,52 @@ def test_the_typescript_sdk_sees_progress_and_cancels(data_dir: Path):
     assert seen["cancelledAfterMs"] < 5000, seen
     assert seen["beatsBeforeCancel"] > 0 and seen["stillGrowing"] is False, seen
     assert seen["next"] == 42, seen
+
+
+# --- upstream calls from code: their progress, their cancellation ---------------------------------------------
+
+FAULT = str(Path(__file__).parent / "servers" / "fault_server.py")
+
+
+def with_fault_server(data_dir: Path, tmp_path: Path, cancelled_file: Path):
+    from conftest import SDK1_PYTHON
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"mcpServers": {"fault": {
+        "command": str(SDK1_PYTHON), "args": [FAULT], "env": {"FAULT_CANCELLED_FILE": str(cancelled_file)}}}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    return params
+
+
+async def test_an_upstreams_progress_reaches_the_client(data_dir: Path, tmp_path: Path):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    params = with_fault_server(data_dir, tmp_path, tmp_path / "cancelled.txt")
+    async with Client(params) as client:
+        result = await client.call_tool(
+            "execute_code", {"code": "result = call_tool('fault.slow_steps', {'steps': 5})"},
+            progress_callback=on_progress)
+    assert not result.is_error, result
+    assert seen and seen[-1] == (5.0, 5.0, "upstream step 5"), seen
+    assert all(m.startswith("upstream step") for _, _, m in seen)
+
+
+@pytest.mark.parametrize("progress", [False, True], ids=["plain", "with-progress"])
+async def test_cancelling_an_execution_cancels_its_upstream_call(data_dir: Path, tmp_path: Path, progress: bool):
+    """Both ways an upstream call is made (with a progress route, or without) tell the upstream it was cancelled."""
+    cancelled = tmp_path / "cancelled.txt"
+    params = with_fault_server(data_dir, tmp_path, cancelled)
+    async with Client(params) as client:
+        await client.call_tool("execute_code", {"code": "call_tool('fault.ok', {})"})  # the server is up
+        await cancel_after(client, {"code": "call_tool('fault.slow_steps', {'steps': 100})"}, 1.5, progress)
+        with anyio.fail_after(5):
+            while not cancelled.exists():
+                await anyio.sleep(0.05)
+        assert cancelled.read_text() == "cancelled"
+        # The upstream connection survives and serves the next call.
+        result = await client.call_tool("execute_code", {"code": "result = call_tool('fault.ok', {})"})
+        assert not result.is_error and "ok from" in result.content[0].text

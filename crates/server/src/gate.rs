@@ -88,6 +88,9 @@ pub struct Execution {
     /// answer (and an "allow for this execution" then covers it).
     asking: tokio::sync::Mutex<()>,
     pub paused: PauseClock,
+    /// Where the progress the upstream servers report for this execution's
+    /// calls goes (the client asked for progress).
+    pub progress: Option<cem_upstream::ProgressFn>,
 }
 
 impl Execution {
@@ -111,6 +114,7 @@ impl Execution {
             counts: Mutex::new(HashMap::new()),
             asking: tokio::sync::Mutex::new(()),
             paused: PauseClock::default(),
+            progress: None,
         }
     }
 
@@ -177,7 +181,7 @@ impl Gate {
             .await?;
         let started = Instant::now();
         let outcome = manager
-            .call(server, tool, arguments, None)
+            .call_with_progress(server, tool, arguments, None, exec.progress.clone())
             .await
             .map_err(|e| e.to_string());
         let (result_bytes, error) = match &outcome {

@@ -17,5 +17,6 @@ pub mod sse;
 mod stdio;
 
 pub use error::UpstreamError;
+pub use handler::ProgressFn;
 pub use manager::{Manager, ServerStatus, Upstream};
 pub use rmcp::model::{CallToolResult, Tool};

@@ -72,6 +72,8 @@ pub struct Upstream {
     /// What the server said of itself when it last connected (the
     /// `instructions` of its initialize result).
     instructions: std::sync::Mutex<Option<Arc<str>>>,
+    /// Calls in flight that forward their progress.
+    progress: crate::handler::ProgressRoutes,
 }
 
 impl Upstream {
@@ -152,6 +154,7 @@ impl Upstream {
             stale: self.stale.clone(),
             changed: self.changed.clone(),
             generation: self.generation.clone(),
+            progress: self.progress.clone(),
         };
         match &self.config.transport {
             Transport::Stdio {
@@ -285,6 +288,7 @@ impl Manager {
                     generation: Arc::new(AtomicU64::new(0)),
                     live: std::sync::Mutex::new(None),
                     instructions: std::sync::Mutex::new(None),
+                    progress: Default::default(),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -476,6 +480,22 @@ impl Manager {
         arguments: Option<JsonObject>,
         timeout: Option<Duration>,
     ) -> Result<CallToolResult, UpstreamError> {
+        self.call_with_progress(server, tool, arguments, timeout, None)
+            .await
+    }
+
+    /// Like [`Manager::call`], handing the server's progress notifications
+    /// for this call to `progress`. Dropping the returned future before it
+    /// completes sends the server `notifications/cancelled` (rmcp cancels
+    /// a request dropped in flight).
+    pub async fn call_with_progress(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        timeout: Option<Duration>,
+        progress: Option<crate::handler::ProgressFn>,
+    ) -> Result<CallToolResult, UpstreamError> {
         let upstream = self.get(server)?;
         let name = upstream.config.name.clone();
         let peer = upstream.peer().await?;
@@ -488,7 +508,7 @@ impl Manager {
         oversized.mark_unchanged();
         let call = async {
             tokio::select! {
-                answer = peer.call_tool_once(params) => Some(answer),
+                answer = call_tool(&peer, &upstream.progress, params, progress) => Some(answer),
                 _ = oversized.changed() => None,
             }
         };
@@ -613,5 +633,97 @@ fn plain_http_error(raw: &str, url: &url::Url) -> String {
             }
         }
         out.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// One tools/call. Without `progress`, rmcp's own call (cancelled on the
+/// server when dropped). With it, the request is sent first so its
+/// progress token (rmcp picks it) can be routed to `progress`; then a
+/// dropped call is cancelled on the server by [`CancelOnDrop`].
+async fn call_tool(
+    peer: &rmcp::service::Peer<rmcp::RoleClient>,
+    routes: &crate::handler::ProgressRoutes,
+    params: CallToolRequestParams,
+    progress: Option<crate::handler::ProgressFn>,
+) -> Result<CallToolResponse, rmcp::service::ServiceError> {
+    use rmcp::model::{CallToolRequest, ClientRequest, ServerResult};
+    let Some(progress) = progress else {
+        return peer.call_tool_once(params).await;
+    };
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_cancellable_request(request, rmcp::service::PeerRequestOptions::no_options())
+        .await?;
+    let _route = ProgressRoute::new(
+        routes,
+        crate::handler::progress_key(&handle.progress_token),
+        progress,
+    );
+    let mut guard = CancelOnDrop {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+    };
+    let answer = handle.await_response().await;
+    guard.id = None;
+    match answer? {
+        ServerResult::CallToolResult(result) => Ok(CallToolResponse::Complete(result)),
+        ServerResult::InputRequiredResult(result) => Ok(CallToolResponse::InputRequired(result)),
+        ServerResult::CreateTaskResult(result) => Ok(CallToolResponse::Task(result)),
+        _ => Err(rmcp::service::ServiceError::UnexpectedResponse),
+    }
+}
+
+/// Tells the server a request it is working on was given up.
+struct CancelOnDrop {
+    peer: rmcp::service::Peer<rmcp::RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = Some("the execution that made this call was cancelled".to_string());
+            let _ = peer
+                .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                    Some(id),
+                    reason,
+                ))
+                .await;
+        });
+    }
+}
+
+/// A call's entry in the progress routes, removed when the call ends.
+struct ProgressRoute {
+    routes: crate::handler::ProgressRoutes,
+    key: String,
+}
+
+impl ProgressRoute {
+    fn new(
+        routes: &crate::handler::ProgressRoutes,
+        key: String,
+        route: crate::handler::ProgressFn,
+    ) -> Self {
+        if let Ok(mut r) = routes.lock() {
+            r.insert(key.clone(), route);
+        }
+        Self {
+            routes: routes.clone(),
+            key,
+        }
+    }
+}
+
+impl Drop for ProgressRoute {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.routes.lock() {
+            r.remove(&self.key);
+        }
     }
 }

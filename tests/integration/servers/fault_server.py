@@ -1,7 +1,7 @@
 """A fault-injection MCP server (Python SDK 1.x FastMCP) for the upstream tests.
 
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
-answers late; freeze(seconds) blocks the server, which stops reading its input; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
+answers late; slow_steps(steps) reports progress and notes its cancellation; freeze(seconds) blocks the server, which stops reading its input; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
 SIGTERM and the end of its input, and writes both pids to that file; with FAULT_ORPHAN_PIDFILE set,
 it exits at the end of its input but its child ignores SIGTERM; FAULT_START_DELAY (seconds) makes
@@ -33,6 +33,22 @@ async def sleep(seconds: float) -> str:
     """Answers after `seconds`."""
     await asyncio.sleep(seconds)
     return "slept"
+
+
+@server.tool()
+async def slow_steps(steps: int, ctx: Context) -> str:
+    """Reports progress for `steps` steps of 0.2 s each. With FAULT_CANCELLED_FILE set, writes "cancelled" there
+    when the call is cancelled (notifications/cancelled reached it)."""
+    try:
+        for i in range(1, steps + 1):
+            await asyncio.sleep(0.2)
+            await ctx.report_progress(i, steps, f"upstream step {i}")
+    except asyncio.CancelledError:
+        if os.environ.get("FAULT_CANCELLED_FILE"):
+            with open(os.environ["FAULT_CANCELLED_FILE"], "w") as f:
+                f.write("cancelled")
+        raise
+    return "stepped"
 
 
 @server.tool()

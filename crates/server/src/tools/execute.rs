@@ -86,14 +86,23 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     if let Some(n) = quotas.sessions {
         request.max_sessions = Some((usize::try_from(n).unwrap_or(usize::MAX), "quotas.sessions"));
     }
-    let exec = Arc::new(Execution::new(
+    let mut exec = Execution::new(
         &state.gate,
         Caller::Code,
         &session.key,
         request.session_id.clone(),
         session.approver.clone(),
         &session.no_approver,
-    ));
+    );
+    // An upstream's progress on a call the code made is the execution's.
+    exec.progress = session.progress.clone().map(|sink| {
+        Arc::new(
+            move |done: f64, total: Option<f64>, message: Option<String>| {
+                sink.report(done, total, message)
+            },
+        ) as cem_upstream::ProgressFn
+    });
+    let exec = Arc::new(exec);
     let code_digest = crate::gate::sha256(request.code.as_bytes());
     let code_bytes = request.code.len();
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
