@@ -182,3 +182,21 @@ async def test_cancelling_an_execution_cancels_its_upstream_call(data_dir: Path,
         # The upstream connection survives and serves the next call.
         result = await client.call_tool("execute_code", {"code": "result = call_tool('fault.ok', {})"})
         assert not result.is_error and "ok from" in result.content[0].text
+
+
+async def test_a_cancelled_execution_stops_over_stateless_http(data_dir: Path):
+    """The Python SDK over streamable HTTP in the 2026-07-28 mode: cancelling the call stops the execution."""
+    server = start_http(data_dir)
+    try:
+        async with Client(server.url) as client:
+            assert client.protocol_version == "2026-07-28"
+            await cancel_after(client, {"code": HEARTBEAT}, 1.5)
+            assert beats(data_dir) > 0
+            await anyio.sleep(1.0)
+            settled = beats(data_dir)
+            await anyio.sleep(0.5)
+            assert beats(data_dir) == settled, "the execution still runs after its cancellation"
+            result = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
+            assert json.loads(result.content[0].text)["result"] == 42
+    finally:
+        server.stop()
