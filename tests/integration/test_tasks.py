@@ -114,3 +114,31 @@ def test_another_principal_cannot_see_or_cancel_a_task(server):
     assert "error" in get(server.url, task_id, token=BOB)
     assert "error" in rpc(server.url, "tasks/cancel", {"taskId": task_id}, task_id, token=BOB)
     assert wait_terminal(server.url, task_id)["status"] == "completed"
+
+
+def test_the_typescript_tasks_client_runs_and_cancels_a_task(server, data_dir: Path):
+    """The same, through a real Tasks client: @modelcontextprotocol/ext-tasks on the TypeScript SDK v2."""
+    import os
+    import subprocess
+
+    from conftest import CLIENTS, JS
+
+    beat = data_dir / "tenants" / "token-alice" / "workspace" / "beat.txt"
+    out = subprocess.run(["node", str(CLIENTS / "ts_tasks_client.mjs"), server.url, ALICE], capture_output=True,
+                         text=True, timeout=120, cwd=JS, env={**os.environ, "NO_COLOR": "1"}, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, f"the client exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
+    seen = json.loads(out.stdout[out.stdout.index("{"):])
+    assert seen["era"] == "modern" and seen["serverCapabilities"]["extensions"] == {TASKS: {}}, seen
+    assert seen["capabilities"]["execution"] and seen["capabilities"]["cancellation"], seen
+    done = seen["completed"]
+    assert done["kind"] == "task" and done["taskId"] and done["outcome"] == "completed", done
+    assert done["structured"]["result"] == 42 and done["isError"] is False, done
+    cancelled = seen["cancelled"]
+    assert cancelled["kind"] == "task" and cancelled["statusBeforeCancel"] == "working", cancelled
+    assert cancelled["outcome"] == "cancelled" and cancelled["serverStatusAfter"] == "cancelled", cancelled
+    assert [w["method"] for w in seen["wire"]].count("tasks/cancel") == 1, seen["wire"]
+    assert beat.exists(), "the cancelled task's code ran"
+    time.sleep(1.0)
+    settled = beat.stat().st_size
+    time.sleep(0.5)
+    assert beat.stat().st_size == settled, "the execution still runs after the client cancelled it"
