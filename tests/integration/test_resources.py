@@ -112,7 +112,9 @@ async def test_a_legacy_subscriber_gets_resources_updated(data_dir: Path):
 
     async with Client(stdio_params(data_dir), mode="legacy", message_handler=on_message) as client:
         assert client.protocol_version != "2026-07-28"
-        await client.subscribe_resource("workspace://log.txt")
+        with pytest.raises(MCPError):
+            await client.subscribe_resource("file:///etc/passwd")  # not ours: it can never change here
+        await client.subscribe_resource("workspace://log.txt")  # not written yet: may be watched
         await client.call_tool("write_workspace_file", {"filename": "log.txt", "content": "one"})
         await client.call_tool("write_workspace_file", {"filename": "unwatched.txt", "content": "x"})
         with anyio.fail_after(10):

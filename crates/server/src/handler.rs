@@ -288,6 +288,19 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let state = self.tenant(&context, Some("read_workspace_file"))?;
+        let ours = request.uri.starts_with(crate::resources::WORKSPACE)
+            || request.uri.starts_with(crate::resources::SKILL);
+        if !ours {
+            // A file not written yet may be watched; a URI of another
+            // scheme can never change here.
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "cannot subscribe to '{}': this server's resources are workspace://{{path}} and skill://{{name}}",
+                    request.uri
+                ),
+                None,
+            ));
+        }
         let first = {
             let mut subscribed = self
                 .subscribed
