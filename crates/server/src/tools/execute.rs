@@ -12,7 +12,7 @@ use crate::privacy::{self, Session};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
-    description: "Run Python 3 in an isolated sandbox (no network; cwd is the persistent workspace). Set `result` to return; print() goes to output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install (skills import as skills.<name>).",
+    description: "Run Python 3 in an isolated sandbox (no network; cwd: the persistent workspace). Set `result` to return; print() is output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install (import skills.<name>).",
     schema: || {
         json!({
             "type": "object",
