@@ -518,7 +518,12 @@ impl McpHandler {
                 Route::None(why) => session.no_approver = why,
             }
         }
-        let Some(outcome) = tools::call(&state, &name, args, &session).await else {
+        let outcome = tools::call(&state, &name, args, &session).await;
+        if let Some(sink) = &session.progress {
+            // The answer ends the client's interest in this call's progress.
+            sink.flush().await;
+        }
+        let Some(outcome) = outcome else {
             let known: Vec<_> = tools::listed(state.tool_set).map(|t| t.name).collect();
             return Err(ErrorData::invalid_params(
                 format!("unknown tool '{name}'; available: {}", known.join(", ")),

@@ -7,30 +7,61 @@ use std::time::{Duration, Instant};
 use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::Peer;
+use tokio::sync::{mpsc, oneshot};
 
 /// The closest two updates may follow each other (others are dropped;
 /// the next one after the pause goes out).
 const EVERY: Duration = Duration::from_millis(100);
 
-/// Where one request's progress goes.
+enum Message {
+    Update(ProgressNotificationParam),
+    /// Answered once every update queued before it was sent.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Where one request's progress goes. Updates are sent in order by one
+/// task, so the last one cannot overtake another, and [`Self::flush`]
+/// lets the call's answer wait for them: a client stops listening for a
+/// request's progress once it has the answer.
 #[derive(Debug)]
 pub struct ProgressSink {
-    peer: Peer<RoleServer>,
     token: ProgressToken,
-    /// When the last update went out, and its `done` (updates must grow).
+    queue: mpsc::UnboundedSender<Message>,
+    /// When the last update was queued, and its `done` (updates must grow).
     last: Mutex<Option<(Instant, f64)>>,
+}
+
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Message")
+    }
 }
 
 impl ProgressSink {
     pub fn new(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
+        let (queue, mut rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(message) = rx.recv().await {
+                match message {
+                    Message::Update(update) => {
+                        if let Err(e) = peer.notify_progress(update).await {
+                            tracing::debug!(error = %e, "a progress notification was not delivered");
+                        }
+                    }
+                    Message::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+            }
+        });
         Self {
-            peer,
             token,
+            queue,
             last: Mutex::new(None),
         }
     }
 
-    /// Sends one update unless it comes too soon after the last one, does
+    /// Queues one update unless it comes too soon after the last one, does
     /// not move forward, or is not a finite number. The final update
     /// (`done == total`) is never dropped for being too soon.
     pub fn report(&self, done: f64, total: Option<f64>, message: Option<String>) {
@@ -57,11 +88,15 @@ impl ProgressSink {
         if let Some(message) = message {
             update = update.with_message(message);
         }
-        let peer = self.peer.clone();
-        tokio::spawn(async move {
-            if let Err(e) = peer.notify_progress(update).await {
-                tracing::debug!(error = %e, "a progress notification was not delivered");
-            }
-        });
+        let _ = self.queue.send(Message::Update(update));
+    }
+
+    /// Waits until every update queued so far has been sent (at most a
+    /// second: a stuck client does not hold the answer).
+    pub async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.queue.send(Message::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), wait).await;
+        }
     }
 }
