@@ -7,8 +7,7 @@ that persists for the life of the process (one execution, or one session),
 and answers with the seed's fields.
 """
 
-import ast
-import asyncio
+import _ast
 import builtins
 import importlib.machinery
 import importlib.util
@@ -23,11 +22,29 @@ import linecache
 import math
 import os
 import re
-import statistics
 import sys
 import time
 import traceback
 import types
+
+
+def _lazy(name):
+    """`name` imported on first use: asyncio alone costs tens of milliseconds of start-up, and every
+    fresh interpreter pays its imports while most code never touches it. The module object is the real
+    one once anything is looked up on it (importlib's LazyLoader), for the code and for `import name`."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+asyncio = _lazy("asyncio")
+statistics = _lazy("statistics")
 
 _BRIDGE_IN = os.dup(0)
 _BRIDGE_OUT = os.dup(1)
@@ -424,6 +441,8 @@ def analyze_skill(source):
     try:
         # Parsed once; compiling the tree still finds what only the compiler
         # does ('return' outside a function, top-level await).
+        import ast
+
         tree = ast.parse(source, "skill.py")
         compile(tree, "skill.py", "exec", dont_inherit=True)
     except SyntaxError as e:
@@ -836,7 +855,7 @@ def _run(request, ns):
     errors = _Capture(limit) if request.get("argv") is not None else capture
     sys.stdout, sys.stderr = capture, errors
     try:
-        code = compile(source, CODE_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        code = compile(source, CODE_FILENAME, "exec", flags=_ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
         if code.co_flags & 0x80:  # CO_COROUTINE: the code awaits at top level
             loop = asyncio.new_event_loop()
             try:
