@@ -200,3 +200,29 @@ async def test_a_cancelled_execution_stops_over_stateless_http(data_dir: Path):
             assert json.loads(result.content[0].text)["result"] == 42
     finally:
         server.stop()
+
+
+async def test_progress_messages_carry_tokens_not_personal_data(data_dir: Path, tmp_path: Path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"pii": {"mode": "auto"}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message)
+
+    async with Client(params) as client:
+        await client.call_tool("execute_code", {"code": "report_progress(1, 1, 'mailing ana@example.com')"},
+                               progress_callback=on_progress)
+    assert seen and "ana@example.com" not in seen[-1] and "[EMAIL_" in seen[-1], seen
+
+
+async def test_bad_progress_is_an_error_in_the_code_not_a_dead_session(data_dir: Path):
+    async with Client(stdio_params(data_dir)) as client:
+        await client.call_tool("execute_code", {"code": "kept = 7", "session_id": "p"})
+        bad = await client.call_tool("execute_code", {"code": "report_progress(float('inf'))", "session_id": "p"})
+        assert "ValueError" in bad.content[0].text and "finite" in bad.content[0].text
+        ok = await client.call_tool("execute_code", {"code": "report_progress(1, message='\\ud800 x')\nresult = kept",
+                                                     "session_id": "p"})
+        assert json.loads(ok.content[0].text)["result"] == 7, ok

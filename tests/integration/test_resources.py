@@ -63,6 +63,10 @@ async def test_reading_a_resource_tokenizes_personal_data_like_the_tool(data_dir
         await client.call_tool("execute_code", {"code": "open('people.txt', 'w').write('ana@example.com')"})
         content = (await client.read_resource("workspace://people.txt")).contents[0].text
         assert "ana@example.com" not in content and "[EMAIL_" in content, content
+        # Raw bytes cannot be searched for personal data: not served in automatic mode.
+        await client.call_tool("execute_code", {"code": "open('latin.csv', 'wb').write(b'Jos\\xe9;ana@example.com')"})
+        with pytest.raises(MCPError, match="execute_code"):
+            await client.read_resource("workspace://latin.csv")
 
 
 async def test_an_executions_answer_links_the_files_it_wrote(data_dir: Path):

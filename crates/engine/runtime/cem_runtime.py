@@ -399,15 +399,17 @@ def report_progress(done, total=None, message=None):
     """Tells the client how far the work is (shown to people by clients that display MCP progress):
     `done` (a number that only grows), `total` if known, and a short `message`. Cheap: call it as often
     as you like; the host forwards a few updates a second at most."""
-    if isinstance(done, bool) or not isinstance(done, (int, float)):
-        raise TypeError("report_progress: done must be a number")
-    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))):
-        raise TypeError("report_progress: total must be a number or None")
+    if isinstance(done, bool) or not isinstance(done, (int, float)) or not math.isfinite(done):
+        raise ValueError("report_progress: done must be a finite number")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float))
+                              or not math.isfinite(total)):
+        raise ValueError("report_progress: total must be a finite number or None")
     update = {"type": "progress", "done": float(done)}
     if total is not None:
         update["total"] = float(total)
     if message is not None:
-        update["message"] = str(message)[:200]
+        # Lone surrogates would make the line invalid JSON for the host.
+        update["message"] = str(message)[:200].encode("utf-8", "replace").decode("utf-8")
     _send(update)
 
 

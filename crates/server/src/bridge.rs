@@ -85,7 +85,10 @@ impl Bridge for ToolBridge {
         if let Some(sink) = &self.session.progress
             && let Some(done) = update["done"].as_f64()
         {
-            let message = update["message"].as_str().map(str::to_string);
+            // The client shows it to people and models: tokens, not personal data.
+            let message = update["message"]
+                .as_str()
+                .map(|m| crate::privacy::shown(&self.state, &self.session, m.to_string()));
             sink.report(done, update["total"].as_f64(), message);
         }
     }

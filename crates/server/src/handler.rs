@@ -45,6 +45,8 @@ pub struct McpHandler {
     /// Resources this (legacy) session subscribed to with
     /// `resources/subscribe`.
     subscribed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Whether this session's forwarder of resource changes runs.
+    forwarding: Arc<std::sync::atomic::AtomicBool>,
     /// Dropped with the last clone: the session is over, its vault goes.
     _ended: Arc<SessionEnd>,
 }
@@ -127,6 +129,7 @@ impl McpHandler {
             session,
             bound,
             subscribed: Arc::default(),
+            forwarding: Arc::default(),
             _ended: ended,
         }
     }
@@ -306,9 +309,10 @@ impl ServerHandler for McpHandler {
                 .subscribed
                 .lock()
                 .map_err(|_| ErrorData::internal_error("subscriptions are poisoned", None))?;
-            let first = subscribed.is_empty();
             subscribed.insert(request.uri);
-            first
+            !self
+                .forwarding
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
         };
         if first {
             let mut changes = state.changes.subscribe();
@@ -425,7 +429,7 @@ impl McpHandler {
         session.progress = None;
         let (handler, state_for_task) = (self.clone(), state.clone());
         let task = state.tasks.spawn(
-            TaskOptions::new().with_ttl_ms(TASK_TTL_MS),
+            TaskOptions::new().with_ttl_ms(task_ttl_ms(state)),
             move |context| {
                 Box::pin(async move {
                     let run = tools::call(&state_for_task, "execute_code", args, &session);
@@ -496,6 +500,9 @@ impl McpHandler {
                 Route::InputRequired(client) => {
                     let (questions, rx) = mpsc::unbounded_channel();
                     session.approver = Some(Arc::new(InputRequiredApprover { questions, client }));
+                    // The execution may outlive this request (paused on a
+                    // question): its progress token ends with the request.
+                    session.progress = None;
                     let task_state = state.clone();
                     let task = tokio::spawn(async move {
                         tools::call(&task_state, "execute_code", args, &session).await
@@ -536,8 +543,17 @@ impl McpHandler {
     }
 }
 
-/// How long a finished task's result is kept for the client to fetch.
-const TASK_TTL_MS: u64 = 30 * 60 * 1000;
+/// How long a task lives: at least 30 minutes, and always longer than the
+/// longest execution the config allows (rmcp ends a task at its TTL,
+/// finished or not), so a result is kept a while after the longest run.
+fn task_ttl_ms(state: &AppState) -> u64 {
+    let longest = state
+        .config
+        .sandbox
+        .max_timeout_seconds
+        .saturating_mul(1000);
+    longest.saturating_mul(2).max(30 * 60 * 1000)
+}
 
 /// Whether the client declared the Tasks extension, so a long call may
 /// answer with a task.

@@ -69,6 +69,19 @@ pub fn connection_key(connection: u64) -> String {
     format!("connection:{connection}")
 }
 
+/// `text` as the model may see it: its personal data as the session's
+/// tokens in automatic mode (a progress message, say), else unchanged.
+pub fn shown(state: &crate::AppState, session: &Session, text: String) -> String {
+    if automatic(&state.config.pii) {
+        session
+            .vault()
+            .tokenize(&text, &state.config.pii.types)
+            .text
+    } else {
+        text
+    }
+}
+
 /// Whether this config tokenizes answers automatically.
 pub fn automatic(config: &PiiConfig) -> bool {
     config.mode == PiiMode::Auto

@@ -83,7 +83,7 @@ pub async fn read(
         let answer = tools::run(state, "read_workspace_file", args, session).await;
         let text = match body_of(answer) {
             Ok(body) => body["content"].as_str().unwrap_or_default().to_string(),
-            Err(e) if e.message.contains("not UTF-8") || e.message.contains("not text") => {
+            Err(e) if e.message.contains("not UTF-8") => {
                 return binary(state, path, uri).await;
             }
             Err(e) => return Err(e),
@@ -116,10 +116,41 @@ async fn binary(
     let bytes = tools::blocking(move || Ok(reader.workspace.read(&path)?))
         .await
         .map_err(|e| ErrorData::invalid_params(e.0, None))?;
+    if crate::privacy::automatic(&state.config.pii)
+        && holds_personal_data(&bytes, &state.config.pii.types)
+    {
+        // Raw bytes cannot be tokenized: a file whose bytes read as text
+        // with personal data in it is not served.
+        return Err(ErrorData::invalid_params(
+            format!(
+                "{uri} is not UTF-8 text and holds what looks like personal data, which cannot be tokenized \
+                 in raw bytes; read or convert it with execute_code"
+            ),
+            None,
+        ));
+    }
     let blob = base64::engine::general_purpose::STANDARD.encode(bytes);
     Ok(ReadResourceResult::new(vec![ResourceContents::blob(
         blob, uri,
     )]))
+}
+
+/// Whether `bytes`, read as Latin-1 or as UTF-16 (the usual encodings of
+/// text that is not UTF-8), hold personal data of `kinds`.
+fn holds_personal_data(bytes: &[u8], kinds: &[cem_pii::Kind]) -> bool {
+    let latin1: String = bytes.iter().map(|b| char::from(*b)).collect();
+    let utf16: String = char::decode_utf16(
+        bytes
+            .chunks_exact(2)
+            .map(|pair| u16::from_le_bytes([pair[0], pair[1]])),
+    )
+    .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+    .collect();
+    [latin1, utf16].iter().any(|text| {
+        cem_pii::detect(text)
+            .iter()
+            .any(|e| kinds.contains(&e.kind))
+    })
 }
 
 /// The JSON of a tool's successful answer, or its failure as an error.

@@ -96,8 +96,10 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     );
     // An upstream's progress on a call the code made is the execution's.
     exec.progress = session.progress.clone().map(|sink| {
+        let (state, session) = (state.clone(), session.clone());
         Arc::new(
             move |done: f64, total: Option<f64>, message: Option<String>| {
+                let message = message.map(|m| privacy::shown(&state, &session, m));
                 sink.report(done, total, message)
             },
         ) as cem_upstream::ProgressFn
