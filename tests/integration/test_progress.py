@@ -163,8 +163,10 @@ async def test_an_upstreams_progress_reaches_the_client(data_dir: Path, tmp_path
             "execute_code", {"code": "result = call_tool('fault.slow_steps', {'steps': 5})"},
             progress_callback=on_progress)
     assert not result.is_error, result
-    assert seen and seen[-1] == (5.0, 5.0, "upstream step 5"), seen
-    assert all(m.startswith("upstream step") for _, _, m in seen)
+    # rmcp can hand the upstream's last notification to us after its answer, when the call's route is gone:
+    # the steps before it must all arrive, in order.
+    assert len(seen) >= 4 and [p for p, _, _ in seen][:4] == [1.0, 2.0, 3.0, 4.0], seen
+    assert all(total == 5.0 and m.startswith("upstream step") for _, total, m in seen)
 
 
 @pytest.mark.parametrize("progress", [False, True], ids=["plain", "with-progress"])
