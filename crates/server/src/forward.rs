@@ -120,6 +120,34 @@ impl Forwarder {
     }
 }
 
+impl Forwarder {
+    /// Relays a request for session `id` (of `kind`, of `tenant`) to
+    /// `node`, which the store says holds it. When that node is gone, the
+    /// record is dropped (the next request starts afresh) and the answer is
+    /// `lost()`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn relay_held(
+        &self,
+        node: &str,
+        parts: &Parts,
+        body: Bytes,
+        principal: &Principal,
+        kind: cem_cluster::SessionKind,
+        tenant: &str,
+        id: &str,
+        lost: impl FnOnce() -> Response,
+    ) -> Response {
+        match self.relay(node, parts, body, principal).await {
+            Ok(answer) => answer,
+            Err(Failed::Unreachable(why)) => {
+                let _ = self.cluster.release(kind, tenant, id).await;
+                tracing::warn!(%node, session = %id, ?kind, %why, "a session's node is gone");
+                lost()
+            }
+        }
+    }
+}
+
 /// The principal as the relaying node vouches for it.
 fn encode_principal(p: &Principal) -> String {
     let abilities: Vec<&str> = p.abilities().iter().map(|a| a.as_str()).collect();

@@ -45,6 +45,9 @@ pub struct HttpOptions {
     pub cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
+/// What a request for a session this principal does not have gets.
+const NO_SESSION: &str = "session not found: start a new one with an initialize request";
+
 /// Sessions remembered with their owner before old ones are forgotten.
 const MAX_OWNED_SESSIONS: usize = 50_000;
 
@@ -306,10 +309,7 @@ impl Guard {
                 .and_then(|o| o.get(id).map(|(t, _)| t.clone()));
             // Another principal's session is, to this one, no session.
             if owner.is_some_and(|t| t != principal.tenant) {
-                return Err(plain(
-                    StatusCode::NOT_FOUND,
-                    "session not found: start a new one with an initialize request".into(),
-                ));
+                return Err(plain(StatusCode::NOT_FOUND, NO_SESSION.into()));
             }
         }
         let (mut parts, body) = request.into_parts();
@@ -382,35 +382,31 @@ impl Guard {
             if let Ok(Some(node)) = holder
                 && node != here
             {
-                return Err(match f.relay(&node, &parts, bytes, principal).await {
-                    Ok(answer) => answer,
-                    Err(forward::Failed::Unreachable(why)) => {
-                        let _ = f
-                            .cluster
-                            .release(held.kind, &principal.tenant, &held.id)
-                            .await;
-                        tracing::warn!(%node, session = %held.id, %why, "a session's node is gone");
-                        forward::session_lost(&held, &node)
-                    }
-                });
+                let (kind, tenant) = (held.kind, principal.tenant.clone());
+                return Err(f
+                    .relay_held(
+                        &node,
+                        &parts,
+                        bytes,
+                        principal,
+                        kind,
+                        &tenant,
+                        &held.id,
+                        || forward::session_lost(&held, &node),
+                    )
+                    .await);
             }
         }
         if let Some(id) = &session {
             let known_here = self.owners.lock().is_ok_and(|o| o.contains_key(id));
             if !known_here && let Ok(Some((owner, node))) = f.cluster.locate_mcp(id).await {
                 if owner != principal.tenant {
-                    return Err(plain(
-                        StatusCode::NOT_FOUND,
-                        "session not found: start a new one with an initialize request".into(),
-                    ));
+                    return Err(plain(StatusCode::NOT_FOUND, NO_SESSION.into()));
                 }
                 if node != here {
-                    return Err(match f.relay(&node, &parts, bytes, principal).await {
-                        Ok(answer) => answer,
-                        Err(forward::Failed::Unreachable(why)) => {
-                            let kind = cem_cluster::SessionKind::Mcp;
-                            let _ = f.cluster.release(kind, &owner, id).await;
-                            tracing::warn!(%node, %why, "an MCP session's node is gone");
+                    let kind = cem_cluster::SessionKind::Mcp;
+                    return Err(f
+                        .relay_held(&node, &parts, bytes, principal, kind, &owner, id, || {
                             plain(
                                 StatusCode::NOT_FOUND,
                                 format!(
@@ -419,8 +415,8 @@ impl Guard {
                                     cem_cluster::node_id(&node)
                                 ),
                             )
-                        }
-                    });
+                        })
+                        .await);
                 }
             }
         }
