@@ -146,6 +146,9 @@ pub struct SandboxConfig {
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm.
     pub pool_size: u32,
+    /// Fork each fresh sandbox from a zygote (a prepared, sandboxed
+    /// interpreter) instead of building it cold, where the host allows.
+    pub zygote: bool,
     /// Whether sandboxed code may reach the network (off by default).
     pub network: bool,
     /// Run without OS isolation where the host cannot isolate. Off by default;
@@ -155,6 +158,9 @@ pub struct SandboxConfig {
     pub max_output_chars: u64,
     /// Idle time after which a `session_id`'s interpreter is ended.
     pub session_idle_seconds: u64,
+    /// Interpreter sessions the whole server keeps at once (every tenant's);
+    /// a new one past it ends the least recently used idle one.
+    pub max_sessions: u32,
     /// Packages installed on the host into an environment every sandbox
     /// mounts read-only.
     pub packages: Vec<Requirement>,
@@ -207,10 +213,12 @@ impl Default for SandboxConfig {
             max_tool_calls: 1000,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: 2,
+            zygote: true,
             network: false,
             allow_unsandboxed: false,
             max_output_chars: 20_000,
             session_idle_seconds: 600,
+            max_sessions: 64,
             packages: Vec::new(),
             allow_source_builds: false,
             on_demand: OnDemand::Allowlist,

@@ -403,6 +403,12 @@ impl Cx<'_> {
                         .positive(&key, v, 32, 1 << 20, "megabytes")
                         .unwrap_or(s.max_memory_mb)
                 }
+                "max_sessions" => {
+                    s.max_sessions = self
+                        .positive(&key, v, 1, 100_000, "sessions")
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(s.max_sessions)
+                }
                 "pool_size" => {
                     s.pool_size = self
                         .positive(&key, v, 0, 64, "interpreters")
@@ -434,6 +440,7 @@ impl Cx<'_> {
                     }
                 }
                 "network" => s.network = self.boolean(&key, v).unwrap_or(s.network),
+                "zygote" => s.zygote = self.boolean(&key, v).unwrap_or(s.zygote),
                 "packages" => s.packages = self.requirements(&key, v),
                 "allow_source_builds" => {
                     s.allow_source_builds = self.boolean(&key, v).unwrap_or(s.allow_source_builds)
@@ -1090,6 +1097,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_tool_calls",
     "python",
     "pool_size",
+    "zygote",
     "network",
     "allow_unsandboxed",
     "packages",
@@ -1100,6 +1108,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "install_timeout_seconds",
     "max_output_chars",
     "session_idle_seconds",
+    "max_sessions",
 ];
 const PII_KEYS: &[&str] = &["mode", "types", "restore_to"];
 const POLICY_KEYS: &[&str] = &[

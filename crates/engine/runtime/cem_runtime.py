@@ -46,14 +46,10 @@ def _lazy(name):
 asyncio = _lazy("asyncio")
 statistics = _lazy("statistics")
 
-_BRIDGE_IN = os.dup(0)
-_BRIDGE_OUT = os.dup(1)
-_devnull = os.open(os.devnull, os.O_RDONLY)
-os.dup2(_devnull, 0)
-os.close(_devnull)
-os.dup2(2, 1)  # stray writes to fd 1 land in the host's diagnostics, not the protocol
-
-_MAIN_PID = os.getpid()
+# The bridge: the descriptors the host's requests arrive on and answers leave
+# by, set by _attach() (a zygote imports this module long before it has any).
+_BRIDGE_IN = _BRIDGE_OUT = -1
+_MAIN_PID = None
 
 
 def _detach_bridge():
@@ -65,8 +61,6 @@ def _detach_bridge():
         except OSError:
             pass
 
-
-os.register_at_fork(after_in_child=_detach_bridge)
 
 WORKSPACE = os.getcwd()
 CODE_FILENAME = "<code>"
@@ -181,7 +175,22 @@ class _Lines:
                 os.sched_yield()
 
 
-_LINES = _Lines(_BRIDGE_IN)
+_LINES = None
+
+
+def _attach():
+    """Makes the process's stdin and stdout the bridge: moved to private descriptors, so agent code
+    writing to fd 1 cannot corrupt the protocol."""
+    global _BRIDGE_IN, _BRIDGE_OUT, _MAIN_PID, _LINES
+    _BRIDGE_IN = os.dup(0)
+    _BRIDGE_OUT = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)  # stray writes to fd 1 land in the host's diagnostics, not the protocol
+    _MAIN_PID = os.getpid()
+    os.register_at_fork(after_in_child=_detach_bridge)
+    _LINES = _Lines(_BRIDGE_IN)
 
 
 class ToolError(Exception):
@@ -907,4 +916,6 @@ def main():
             break
 
 
-main()
+if __name__ == "__main__":
+    _attach()
+    main()

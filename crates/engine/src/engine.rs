@@ -1,6 +1,5 @@
 //! The engine: which interpreter serves which execution.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,14 +14,14 @@ use crate::answer::ExecAnswer;
 use crate::bridge::Bridge;
 use crate::install::{InstallStats, Installs, parse_requirements};
 use crate::process::{CallStats, Interp, Launch, PackageMounts};
+use crate::sessions::{Ended, SessionTable};
 use crate::{EngineError, runtime};
+use cem_sandbox::Zygote;
 
 /// Processes and threads one sandbox may run.
 const PROCESSES: u64 = 128;
 /// Longest session id accepted.
 const MAX_SESSION_ID: usize = 128;
-/// Sessions alive at once.
-const MAX_SESSIONS: usize = 64;
 
 /// How the engine runs code on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +50,12 @@ pub struct EngineOptions {
     /// shares the host's limit); `None`: this engine's own limit of
     /// `sandbox.max_concurrent`.
     pub running: Option<Arc<tokio::sync::Semaphore>>,
+    /// The server's interpreter sessions (shared by the engines of every
+    /// tenant, so `sandbox.max_sessions` counts them all); `None`: this
+    /// engine's own table.
+    pub sessions: Option<Arc<SessionTable>>,
+    /// Whose engine this is, in the shared session table.
+    pub tenant: String,
 }
 
 /// One execute_code call.
@@ -81,17 +86,24 @@ pub struct ExecRequest {
     pub max_sessions: Option<(usize, &'static str)>,
 }
 
-struct Session {
-    interp: Option<Interp>,
-    last_used: Instant,
-    /// Set while an execution runs and cleared when it ends: still set
-    /// at the next one means that run was abandoned (cancelled) and its
-    /// interpreter killed, so the session starts afresh, and says so.
-    interrupted: bool,
+/// The zygote of an engine: not started yet, running (with the spec it was
+/// started from, so a change of what shapes it starts a new one), or off
+/// (with the reason, reported by status and doctor).
+enum ZygoteSlot {
+    NotYet,
+    Running(Arc<Zygote>, Box<cem_sandbox::Spec>),
+    Off(String),
 }
+
+/// Zygotes that may die and be replaced before the engine gives up on them
+/// and starts every sandbox cold.
+const ZYGOTE_RESTARTS: u32 = 5;
 
 struct Ready {
     launch: Launch,
+    /// Why fresh sandboxes cannot be forked from a zygote here (`None`:
+    /// they can).
+    zygote_off: Option<String>,
     mode: SandboxMode,
     layers: Option<Layers>,
     packages: Arc<Packages>,
@@ -109,7 +121,8 @@ pub struct Engine {
     base: OnceCell<(EnvState, bool)>,
     pool: Mutex<Vec<Interp>>,
     refill: Notify,
-    sessions: Mutex<HashMap<String, Arc<Mutex<Session>>>>,
+    zygote: Mutex<(ZygoteSlot, u32)>,
+    sessions: Arc<SessionTable>,
     executions: std::sync::atomic::AtomicU64,
     /// Bounds executions running at once: memory and CPU of the host are
     /// shared by every sandbox.
@@ -125,7 +138,11 @@ impl Engine {
             base: OnceCell::new(),
             pool: Mutex::new(Vec::new()),
             refill: Notify::new(),
-            sessions: Mutex::new(HashMap::new()),
+            zygote: Mutex::new((ZygoteSlot::NotYet, 0)),
+            sessions: options
+                .sessions
+                .clone()
+                .unwrap_or_else(|| SessionTable::new(options.sandbox.max_sessions as usize)),
             executions: std::sync::atomic::AtomicU64::new(0),
             running: options.running.clone().unwrap_or_else(|| {
                 Arc::new(tokio::sync::Semaphore::new(
@@ -259,9 +276,19 @@ impl Engine {
                     obj.insert("python".into(), json!(ready.launch.layout.version));
                 }
                 if let Some(obj) = out.as_object_mut() {
+                    if !matches!(ready.mode, SandboxMode::Unavailable { .. }) {
+                        obj.insert("fresh_sandbox".into(), self.start_path(ready).await);
+                    }
                     obj.insert("packages".into(), self.packages_status(ready));
                     obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
-                    obj.insert("sessions".into(), json!(self.sessions.lock().await.len()));
+                    obj.insert(
+                        "sessions".into(),
+                        json!(self.sessions.count(&self.options.tenant).await),
+                    );
+                    obj.insert(
+                        "session_list".into(),
+                        json!(self.sessions.describe(&self.options.tenant).await),
+                    );
                     obj.insert(
                         "executions".into(),
                         json!(self.executions.load(std::sync::atomic::Ordering::Relaxed)),
@@ -395,20 +422,19 @@ impl Engine {
                     Some(owner) => format!("{owner}\u{0}{id}"),
                     None => id.clone(),
                 };
-                if let Some((max, config_key)) = request.max_sessions {
-                    let sessions = self.sessions.lock().await;
-                    if !sessions.contains_key(&key) && sessions.len() >= max {
-                        return Err(EngineError::Refused(format!(
-                            "quota exceeded: {} interpreter sessions are open, the most allowed ({config_key}); \
-                             reuse one of them, or retry after one has been idle for {} s and ended",
-                            sessions.len(),
-                            cfg.session_idle_seconds
-                        )));
-                    }
+                // A session evicted for room fails its next call, once: its
+                // code counts on state that is gone.
+                if !request.reset_session
+                    && let Some(ended @ Ended::Evicted { .. }) =
+                        self.sessions.ended(&self.options.tenant, &key).await
+                {
+                    self.sessions.forget_ended(&self.options.tenant, &key).await;
+                    return Err(EngineError::Refused(ended.explain(id)));
                 }
                 self.run_in_session(
                     ready,
                     &key,
+                    request.max_sessions,
                     request.reset_session,
                     memory_mb,
                     &message,
@@ -456,6 +482,7 @@ impl Engine {
         &self,
         ready: &Ready,
         id: &str,
+        tenant_cap: Option<(usize, &'static str)>,
         reset: bool,
         memory_mb: u64,
         message: &Value,
@@ -465,27 +492,26 @@ impl Engine {
         installs: &Installs,
         stats: &mut CallStats,
     ) -> Result<ExecAnswer, EngineError> {
-        let session = {
-            let mut sessions = self.sessions.lock().await;
-            if !sessions.contains_key(id) && sessions.len() >= MAX_SESSIONS {
-                return Err(EngineError::Refused(format!(
-                    "{MAX_SESSIONS} sessions are open; reuse one, or wait for idle ones to end"
-                )));
-            }
-            sessions
-                .entry(id.to_string())
-                .or_insert_with(|| {
-                    Arc::new(Mutex::new(Session {
-                        interp: None,
-                        last_used: Instant::now(),
-                        interrupted: false,
-                    }))
-                })
-                .clone()
-        };
-        let mut session = session.lock().await;
+        let cap = tenant_cap.unwrap_or((usize::MAX, "quotas.sessions"));
+        let opened = self
+            .sessions
+            .open(&self.options.tenant, id, cap)
+            .await
+            .map_err(EngineError::Refused)?;
+        for evicted in opened.evicted {
+            tokio::spawn(async move {
+                if let Some(mut interp) = evicted.lock().await.interp.take() {
+                    interp.kill().await;
+                }
+            });
+        }
+        let mut session = opened.session.lock().await;
         session.last_used = Instant::now();
         let mut note = None;
+        if let Some(ended @ Ended::Idle { .. }) = &opened.ended {
+            let shown = id.rsplit('\u{0}').next().unwrap_or(id);
+            note = Some(ended.explain(shown));
+        }
         if session.interrupted {
             note = Some(
                 "the previous execution in this session was cancelled and its interpreter killed: \
@@ -558,9 +584,102 @@ impl Engine {
             env: base.env().map(|e| e.site.clone()),
             layers: ready.package_layers.clone(),
         };
+        if let Some(zygote) = self.zygote(ready, &mounts).await {
+            match Interp::fork(&zygote, &ready.launch, memory_mb, PROCESSES).await {
+                Ok(interp) => return Ok(interp),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not fork a fresh sandbox; starting this one cold");
+                }
+            }
+        }
         Interp::start(&ready.launch, memory_mb, PROCESSES, mounts)
             .await
             .map_err(EngineError::Start)
+    }
+
+    /// The running zygote, started (or restarted, when it died or what
+    /// shapes it changed) on need; `None` when sandboxes start cold.
+    async fn zygote(&self, ready: &Ready, mounts: &PackageMounts) -> Option<Arc<Zygote>> {
+        if ready.zygote_off.is_some() {
+            return None;
+        }
+        let spec =
+            crate::process::zygote_spec(&ready.launch, mounts, self.options.sandbox.max_memory_mb);
+        let mut slot = self.zygote.lock().await;
+        let died = match &slot.0 {
+            ZygoteSlot::Off(_) => return None,
+            ZygoteSlot::Running(z, shaped) if z.alive() && **shaped == spec => {
+                return Some(z.clone());
+            }
+            ZygoteSlot::Running(z, _) if !z.alive() => {
+                tracing::warn!(
+                    stderr = %z.stderr_tail(),
+                    "the zygote stopped; starting another"
+                );
+                true
+            }
+            _ => false,
+        };
+        if died {
+            slot.1 += 1;
+        }
+        if slot.1 > ZYGOTE_RESTARTS {
+            let why = format!(
+                "the zygote stopped {} times; every sandbox now starts cold",
+                slot.1
+            );
+            tracing::error!("{why}");
+            slot.0 = ZygoteSlot::Off(why);
+            return None;
+        }
+        let exe = ready.launch.exe.clone();
+        let shaped = spec.clone();
+        let started = tokio::task::spawn_blocking(move || Zygote::start(&exe, &shaped))
+            .await
+            .unwrap_or_else(|e| Err(format!("the zygote's start task failed: {e}")));
+        match started {
+            Ok(z) => {
+                let z = Arc::new(z);
+                slot.0 = ZygoteSlot::Running(z.clone(), Box::new(spec));
+                Some(z)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "no zygote: every sandbox starts cold");
+                slot.0 = ZygoteSlot::Off(e);
+                None
+            }
+        }
+    }
+
+    /// How fresh sandboxes start here, for status answers and doctor.
+    async fn start_path(&self, ready: &Ready) -> Value {
+        if let Some(why) = &ready.zygote_off {
+            return json!({"path": "cold", "reason": why});
+        }
+        match &self.zygote.lock().await.0 {
+            ZygoteSlot::Running(z, _) if z.alive() => json!({"path": "zygote"}),
+            ZygoteSlot::Off(why) => json!({"path": "cold", "reason": why}),
+            _ => json!({"path": "zygote", "state": "not started yet"}),
+        }
+    }
+
+    /// Starts the zygote now if this host uses one, and says how fresh
+    /// sandboxes start (what `doctor` reports).
+    pub async fn check_start_path(&self) -> Result<Value, EngineError> {
+        let ready = self.prepare().await?;
+        let (base, _) = self.base_env(ready).await;
+        let mounts = PackageMounts {
+            env: base.env().map(|e| e.site.clone()),
+            layers: ready.package_layers.clone(),
+        };
+        if let Some(zygote) = self.zygote(ready, &mounts).await {
+            let memory = self.options.sandbox.memory_mb;
+            let mut interp = Interp::fork(&zygote, &ready.launch, memory, PROCESSES)
+                .await
+                .map_err(|e| EngineError::Start(format!("a forked sandbox failed: {e}")))?;
+            interp.kill().await;
+        }
+        Ok(self.start_path(ready).await)
     }
 
     /// Keeps `pool_size` ready interpreters, refilling when one is taken.
@@ -600,31 +719,20 @@ impl Engine {
 
     async fn reap_idle_sessions(&self) {
         let idle = Duration::from_secs(self.options.sandbox.session_idle_seconds);
-        let mut sessions = self.sessions.lock().await;
-        let mut expired = Vec::new();
-        for (id, session) in sessions.iter() {
-            if let Ok(s) = session.try_lock()
-                && s.last_used.elapsed() > idle
-            {
-                expired.push(id.clone());
-            }
-        }
-        for id in expired {
-            if let Some(session) = sessions.remove(&id) {
-                tracing::info!(session = %id, "session idle too long; ended");
-                if let Some(mut interp) = session.lock().await.interp.take() {
-                    interp.kill().await;
-                }
+        for session in self.sessions.expire(&self.options.tenant, idle).await {
+            if let Some(mut interp) = session.lock().await.interp.take() {
+                interp.kill().await;
             }
         }
     }
 
-    /// Ends every interpreter (pool and sessions).
+    /// Ends every interpreter (pool and sessions) and the zygote.
     pub async fn shutdown(&self) {
+        self.zygote.lock().await.0 = ZygoteSlot::NotYet;
         for mut interp in self.pool.lock().await.drain(..) {
             interp.kill().await;
         }
-        for (_, session) in self.sessions.lock().await.drain() {
+        for session in self.sessions.drain(&self.options.tenant).await {
             if let Some(mut interp) = session.lock().await.interp.take() {
                 interp.kill().await;
             }
@@ -689,6 +797,10 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         disk_quota_bytes: cfg.disk_quota_mb << 20,
         extra_ro: options.extra_ro.clone(),
     };
+    let zygote_off = zygote_unavailable(cfg, &mode, use_cgroups);
+    if let Some(why) = &zygote_off {
+        tracing::info!(reason = %why, "fresh sandboxes start cold");
+    }
     let packages = Arc::new(Packages::new(cem_packages::Settings::from_config(
         cfg,
         &options.data_dir,
@@ -703,11 +815,31 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     };
     Ok(Ready {
         launch,
+        zygote_off,
         mode,
         layers,
         packages,
         package_layers,
     })
+}
+
+/// Why this host cannot fork fresh sandboxes from a zygote, if it cannot.
+fn zygote_unavailable(cfg: &SandboxConfig, mode: &SandboxMode, cgroups: bool) -> Option<String> {
+    if !cfg.zygote {
+        return Some("sandbox.zygote is false".into());
+    }
+    if !matches!(mode, SandboxMode::Isolated) {
+        return Some("code does not run in the OS sandbox here".into());
+    }
+    if !cgroups {
+        // Without a pids cgroup per child, the process limit would be one
+        // RLIMIT_NPROC shared by every child of the zygote.
+        return Some(
+            "no memory and pids cgroup can be made for each sandbox (the zygote needs one per child)"
+                .into(),
+        );
+    }
+    cem_sandbox::zygote::kernel_support().err()
 }
 
 impl std::fmt::Debug for Engine {

@@ -5,6 +5,9 @@
 //! [`Engine`] keeps a warm pool of pre-started interpreters (each serves one
 //! execution and is then discarded) and one interpreter per `session_id`
 //! (variables persist between that session's executions and nowhere else).
+//! Where the host allows, every fresh interpreter is forked from a zygote
+//! (`runtime/cem_zygote.py`, see `cem_sandbox::zygote`) instead of being
+//! built cold.
 //! When the host cannot isolate, it refuses to run code unless the config
 //! allows running unsandboxed, and then says so in every answer.
 
@@ -14,11 +17,13 @@ mod engine;
 mod install;
 mod process;
 mod runtime;
+mod sessions;
 mod tokens;
 
 pub use answer::ExecAnswer;
 pub use bridge::{BoxFuture, Bridge, CallError};
 pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode};
+pub use sessions::SessionTable;
 pub use tokens::count as count_tokens;
 
 /// Why an execution could not even start.

@@ -7,9 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cem_sandbox::{Bind, Cgroup, InterpreterLayout, Limits, Spec};
+use cem_sandbox::{Forked, Zygote};
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 
 use crate::bridge::{BoxFuture, Bridge};
 use crate::install::{ENV_TARGET, InstallStats, Installs, LAYERS_TARGET, parse_requirements};
@@ -118,17 +119,20 @@ pub struct PackageMounts {
     pub layers: Option<PathBuf>,
 }
 
+type Reader = Box<dyn AsyncRead + Unpin + Send>;
+type Writer = Box<dyn AsyncWrite + Unpin + Send>;
+
 /// The runtime's stdout as JSON lines. Cancel-safe: a partial line stays
 /// in `line` (or the reader's buffer) when a `select!` drops `next`, so the
 /// exchange can read it in the same task that runs the calls (no extra hop
 /// per tool call).
 struct Lines {
-    reader: BufReader<ChildStdout>,
+    reader: BufReader<Reader>,
     line: Vec<u8>,
 }
 
 impl Lines {
-    fn new(stdout: ChildStdout) -> Self {
+    fn new(stdout: Reader) -> Self {
         Self {
             reader: BufReader::with_capacity(64 << 10, stdout),
             line: Vec::new(),
@@ -162,17 +166,188 @@ impl Lines {
     }
 }
 
+/// The process behind an interpreter: a launcher we spawned (cold start),
+/// or a child the zygote forked. Dropping it kills the sandbox either way.
+enum Proc {
+    Spawned(Child),
+    Forked {
+        child: Forked,
+        exit: Option<tokio::sync::oneshot::Receiver<i32>>,
+        status: Option<Option<i32>>,
+    },
+}
+
+impl Proc {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Proc::Spawned(c) => c.id(),
+            Proc::Forked { child, .. } => Some(child.pid),
+        }
+    }
+
+    fn ended(&mut self) -> bool {
+        match self {
+            Proc::Spawned(c) => !matches!(c.try_wait(), Ok(None)),
+            Proc::Forked { child, .. } => child.ended(),
+        }
+    }
+
+    fn start_kill(&mut self) {
+        match self {
+            Proc::Spawned(c) => {
+                let _ = c.start_kill();
+            }
+            Proc::Forked { child, .. } => child.kill(),
+        }
+    }
+
+    /// Waits for the end; the exit code (128+signal), if known.
+    async fn wait(&mut self) -> Option<i32> {
+        match self {
+            Proc::Spawned(c) => c.wait().await.ok().and_then(exit_code),
+            Proc::Forked { exit, status, .. } => {
+                if let Some(known) = status {
+                    return *known;
+                }
+                // The zygote reports the status once it has reaped the
+                // child; a zygote that died first reports nothing.
+                let code = match exit.take() {
+                    Some(rx) => rx.await.ok(),
+                    None => None,
+                };
+                *status = Some(code);
+                code
+            }
+        }
+    }
+}
+
 /// A started interpreter that has said it is ready.
 pub struct Interp {
-    child: Child,
+    child: Proc,
     watch: Arc<DiskWatch>,
     watchdog: Option<tokio::task::JoinHandle<()>>,
-    stdin: ChildStdin,
+    stdin: Writer,
     messages: Lines,
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
 }
+
+/// The interpreter's environment (the same for a cold start and a zygote).
+fn interpreter_env(launch: &Launch, packages: &PackageMounts) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("PYTHONIOENCODING", "utf-8"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // Inside the sandbox the package directories are bound at fixed
+    // places; without it they are where they are.
+    let inside = |host: &PathBuf, target: &str| {
+        if launch.unsandboxed {
+            host.display().to_string()
+        } else {
+            target.to_string()
+        }
+    };
+    if let Some(dir) = &packages.env {
+        env.push(("CEM_PACKAGES_ENV".into(), inside(dir, ENV_TARGET)));
+    }
+    if let Some(dir) = &packages.layers {
+        env.push(("CEM_PACKAGES_LAYERS".into(), inside(dir, LAYERS_TARGET)));
+    }
+    env
+}
+
+/// The sandbox that runs `script` (a file of the runtime directory).
+fn sandbox_spec(
+    launch: &Launch,
+    packages: &PackageMounts,
+    script: &str,
+    limits: Limits,
+    cgroups: Vec<PathBuf>,
+) -> Spec {
+    let mut binds = launch.layout.binds.clone();
+    binds.push(Bind {
+        source: launch.runtime_dir.clone(),
+        target: RUNTIME_TARGET.into(),
+    });
+    for (source, target) in &launch.extra_ro {
+        if source.is_dir() {
+            binds.push(Bind {
+                source: source.clone(),
+                target: target.clone(),
+            });
+        }
+    }
+    for (dir, target) in [
+        (&packages.env, ENV_TARGET),
+        (&packages.layers, LAYERS_TARGET),
+    ] {
+        if let Some(dir) = dir {
+            binds.push(Bind {
+                source: dir.clone(),
+                target: target.into(),
+            });
+        }
+    }
+    Spec {
+        program: launch.layout.executable.clone(),
+        // argv[0] must be the path itself: Python finds its prefix
+        // (and a virtualenv's pyvenv.cfg) from it.
+        argv: vec![
+            launch.layout.executable.display().to_string(),
+            "-I".into(),
+            "-B".into(),
+            format!("{RUNTIME_TARGET}/{script}"),
+        ],
+        env: interpreter_env(launch, packages),
+        ro_binds: binds,
+        symlinks: launch.layout.symlinks.clone(),
+        workspace: Some(launch.workspace.clone()),
+        workspace_target: "/workspace".into(),
+        cwd: "/workspace".into(),
+        limits,
+        network: launch.network,
+        cgroups,
+        zygote: false,
+    }
+}
+
+/// Limits of one interpreter: `memory_mb` and `processes`; CPU time is a
+/// backstop only (wall-clock time is enforced by the host).
+fn limits(memory_mb: u64, processes: u64) -> Limits {
+    Limits {
+        memory_mb,
+        cpu_seconds: 3600,
+        processes,
+        ..Limits::default()
+    }
+}
+
+/// The sandbox a zygote runs in: the same as an interpreter's, with the
+/// largest memory any execution may ask for (each child sets its own).
+pub fn zygote_spec(launch: &Launch, packages: &PackageMounts, max_memory_mb: u64) -> Spec {
+    let mut spec = sandbox_spec(
+        launch,
+        packages,
+        "cem_zygote.py",
+        limits(max_memory_mb, PROCESSES_OF_ZYGOTE),
+        Vec::new(),
+    );
+    spec.zygote = true;
+    spec
+}
+
+/// Processes the zygote itself may hold (its children are counted in
+/// their own pids cgroups).
+const PROCESSES_OF_ZYGOTE: u64 = 4096;
 
 impl Interp {
     /// Starts an interpreter with `memory_mb` and waits for its ready line.
@@ -182,39 +357,12 @@ impl Interp {
         processes: u64,
         packages: PackageMounts,
     ) -> Result<Interp, String> {
-        let runtime = format!("{RUNTIME_TARGET}/cem_runtime.py");
-        let mut env: Vec<(String, String)> = [
-            ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-            ("HOME", "/tmp"),
-            ("TMPDIR", "/tmp"),
-            ("LANG", "C.UTF-8"),
-            ("PYTHONIOENCODING", "utf-8"),
-            ("PYTHONDONTWRITEBYTECODE", "1"),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        // Inside the sandbox the package directories are bound at fixed
-        // places; without it they are where they are.
-        let inside = |host: &PathBuf, target: &str| {
-            if launch.unsandboxed {
-                host.display().to_string()
-            } else {
-                target.to_string()
-            }
-        };
-        if let Some(dir) = &packages.env {
-            env.push(("CEM_PACKAGES_ENV".into(), inside(dir, ENV_TARGET)));
-        }
-        if let Some(dir) = &packages.layers {
-            env.push(("CEM_PACKAGES_LAYERS".into(), inside(dir, LAYERS_TARGET)));
-        }
         let (mut cmd, cgroup) = if launch.unsandboxed {
             let mut cmd = std::process::Command::new(&launch.layout.executable);
             cmd.args(["-I", "-B"])
                 .arg(launch.runtime_dir.join("cem_runtime.py"))
                 .env_clear()
-                .envs(env.iter().map(|(k, v)| (k, v)))
+                .envs(interpreter_env(launch, &packages))
                 .current_dir(&launch.workspace);
             // Without the sandbox's mounts, the runtime finds the skills and
             // the generated wrappers where they really are.
@@ -228,64 +376,21 @@ impl Interp {
             (cmd, None)
         } else {
             let cgroup = if launch.use_cgroups {
-                let name = format!("x{}-{}", std::process::id(), next_id());
-                Cgroup::create(&name, memory_mb, processes).ok()
+                new_cgroup(memory_mb, processes).ok()
             } else {
                 None
             };
-            let mut binds = launch.layout.binds.clone();
-            binds.push(Bind {
-                source: launch.runtime_dir.clone(),
-                target: RUNTIME_TARGET.into(),
-            });
-            for (source, target) in &launch.extra_ro {
-                if source.is_dir() {
-                    binds.push(Bind {
-                        source: source.clone(),
-                        target: target.clone(),
-                    });
-                }
-            }
-            for (dir, target) in [
-                (&packages.env, ENV_TARGET),
-                (&packages.layers, LAYERS_TARGET),
-            ] {
-                if let Some(dir) = dir {
-                    binds.push(Bind {
-                        source: dir.clone(),
-                        target: target.into(),
-                    });
-                }
-            }
-            let spec = Spec {
-                program: launch.layout.executable.clone(),
-                // argv[0] must be the path itself: Python finds its prefix
-                // (and a virtualenv's pyvenv.cfg) from it.
-                argv: vec![
-                    launch.layout.executable.display().to_string(),
-                    "-I".into(),
-                    "-B".into(),
-                    runtime,
-                ],
-                env,
-                ro_binds: binds,
-                symlinks: launch.layout.symlinks.clone(),
-                workspace: Some(launch.workspace.clone()),
-                workspace_target: "/workspace".into(),
-                cwd: "/workspace".into(),
-                limits: Limits {
-                    memory_mb,
-                    // A backstop only: wall-clock time is enforced by the host.
-                    cpu_seconds: 3600,
-                    processes,
-                    ..Limits::default()
-                },
-                network: launch.network,
-                cgroups: cgroup
-                    .as_ref()
-                    .map(|c| c.dirs().to_vec())
-                    .unwrap_or_default(),
-            };
+            let dirs = cgroup
+                .as_ref()
+                .map(|c| c.dirs().to_vec())
+                .unwrap_or_default();
+            let spec = sandbox_spec(
+                launch,
+                &packages,
+                "cem_runtime.py",
+                limits(memory_mb, processes),
+                dirs,
+            );
             let cmd = cem_sandbox::command(&launch.exe, &spec).map_err(|e| e.to_string())?;
             (cmd, cgroup)
         };
@@ -301,6 +406,73 @@ impl Interp {
         else {
             return Err("the interpreter's pipes are missing".into());
         };
+        Interp::handshake(
+            Proc::Spawned(child),
+            Box::new(stdin),
+            Box::new(stdout),
+            Box::new(stderr),
+            launch,
+            cgroup,
+            memory_mb,
+        )
+        .await
+    }
+
+    /// Forks an interpreter from `zygote` with `memory_mb` and `processes`
+    /// in a cgroup of its own, and waits for its ready line.
+    pub async fn fork(
+        zygote: &Arc<Zygote>,
+        launch: &Launch,
+        memory_mb: u64,
+        processes: u64,
+    ) -> Result<Interp, String> {
+        let cgroup = new_cgroup(memory_mb, processes)
+            .map_err(|e| format!("a forked sandbox needs its own cgroup: {e}"))?;
+        let dirs = cgroup.dirs().to_vec();
+        let z = zygote.clone();
+        let mut forked =
+            tokio::task::spawn_blocking(move || z.fork(&limits(memory_mb, processes), &dirs))
+                .await
+                .map_err(|e| format!("the fork task failed: {e}"))??;
+        let pipes = (
+            forked.stdin.take(),
+            forked.stdout.take(),
+            forked.stderr.take(),
+        );
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            return Err("the forked interpreter's pipes are missing".into());
+        };
+        let io = |e: std::io::Error| format!("the forked interpreter's pipes: {e}");
+        let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(io)?;
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(io)?;
+        let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(io)?;
+        let exit = forked.exit.take();
+        Interp::handshake(
+            Proc::Forked {
+                child: forked,
+                exit,
+                status: None,
+            },
+            Box::new(stdin),
+            Box::new(stdout),
+            Box::new(stderr),
+            launch,
+            Some(cgroup),
+            memory_mb,
+        )
+        .await
+    }
+
+    /// Watches a started interpreter and waits for its ready line.
+    async fn handshake(
+        child: Proc,
+        stdin: Writer,
+        stdout: Reader,
+        stderr: Reader,
+        launch: &Launch,
+        cgroup: Option<Cgroup>,
+        memory_mb: u64,
+    ) -> Result<Interp, String> {
         let tail = Arc::new(Mutex::new(String::new()));
         tokio::spawn(drain_stderr(stderr, tail.clone()));
         let watch = Arc::new(DiskWatch {
@@ -334,9 +506,14 @@ impl Interp {
         }
     }
 
+    /// Memory the interpreter uses now (its cgroup's charge), if known.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        self.cgroup.as_ref().and_then(Cgroup::memory_used)
+    }
+
     /// Whether the process has ended (so a pooled one is unusable).
     pub fn exited(&mut self) -> bool {
-        !matches!(self.child.try_wait(), Ok(None))
+        self.child.ended()
     }
 
     /// Sends one request and waits for its answer, up to `timeout`, while
@@ -481,8 +658,8 @@ impl Interp {
 
     async fn died(&mut self) -> Failure {
         let status = match tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await {
-            Ok(Ok(s)) => exit_code(s),
-            _ => {
+            Ok(code) => code,
+            Err(_) => {
                 self.kill().await;
                 None
             }
@@ -505,7 +682,7 @@ impl Interp {
         if let Some(w) = self.watchdog.take() {
             w.abort();
         }
-        let _ = self.child.start_kill();
+        self.child.start_kill();
         let _ = self.child.wait().await;
     }
 
@@ -531,7 +708,7 @@ fn exit_code(status: std::process::ExitStatus) -> Option<i32> {
     status.code().or_else(|| status.signal().map(|s| 128 + s))
 }
 
-async fn drain_stderr(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+async fn drain_stderr(mut stderr: Reader, tail: Arc<Mutex<String>>) {
     let mut buf = [0u8; 8192];
     loop {
         match stderr.read(&mut buf).await {
@@ -550,6 +727,12 @@ async fn drain_stderr(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<S
             }
         }
     }
+}
+
+/// A cgroup of its own for one interpreter, named uniquely in this host.
+fn new_cgroup(memory_mb: u64, processes: u64) -> Result<Cgroup, String> {
+    let name = format!("x{}-{}", std::process::id(), next_id());
+    Cgroup::create(&name, memory_mb, processes)
 }
 
 fn next_id() -> u64 {

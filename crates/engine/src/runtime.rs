@@ -5,33 +5,41 @@ use std::path::{Path, PathBuf};
 
 /// The runtime's source.
 pub const RUNTIME_PY: &str = include_str!("../runtime/cem_runtime.py");
+/// The zygote's source (forks a fresh interpreter per execution).
+pub const ZYGOTE_PY: &str = include_str!("../runtime/cem_zygote.py");
+/// The files of the runtime directory.
+const FILES: [(&str, &str); 2] = [("cem_runtime.py", RUNTIME_PY), ("cem_zygote.py", ZYGOTE_PY)];
 /// Where the runtime directory appears inside the sandbox.
 pub const RUNTIME_TARGET: &str = "/opt/cem";
 
 /// Writes the runtime under `data_dir/runtime/<hash>/` (if not there yet)
 /// and returns that directory.
 pub fn install(data_dir: &Path) -> std::io::Result<PathBuf> {
-    let hash = fnv1a(RUNTIME_PY.as_bytes());
+    let hash = FILES.iter().fold(0xcbf2_9ce4_8422_2325, |h, (_, text)| {
+        fnv1a(h, text.as_bytes())
+    });
     let dir = data_dir.join("runtime").join(format!("{hash:016x}"));
-    let file = dir.join("cem_runtime.py");
-    if std::fs::read_to_string(&file).ok().as_deref() != Some(RUNTIME_PY) {
-        std::fs::create_dir_all(&dir)?;
-        let tmp = dir.join(format!(".cem_runtime.py.{}", std::process::id()));
-        std::fs::write(&tmp, RUNTIME_PY)?;
-        std::fs::rename(&tmp, &file)?;
-    }
     // World-readable: the sandbox may run as another uid (nobody).
     use std::os::unix::fs::PermissionsExt;
+    for (name, text) in FILES {
+        let file = dir.join(name);
+        if std::fs::read_to_string(&file).ok().as_deref() != Some(text) {
+            std::fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, &file)?;
+        }
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+    }
     for p in [data_dir.join("runtime"), dir.clone()] {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
     }
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
     Ok(dir)
 }
 
 /// FNV-1a: a stable content hash for the directory name (not security).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+fn fnv1a(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
 }

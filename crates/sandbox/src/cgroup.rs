@@ -72,6 +72,15 @@ impl Cgroup {
         &self.dirs
     }
 
+    /// Memory charged to the cgroup now (v1 usage_in_bytes / v2 current).
+    pub fn memory_used(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|d| {
+            ["memory.usage_in_bytes", "memory.current"]
+                .iter()
+                .find_map(|f| fs::read_to_string(d.join(f)).ok()?.trim().parse().ok())
+        })
+    }
+
     /// Whether the memory limit was hit (v1 failcnt / v2 events).
     pub fn memory_exhausted(&self) -> bool {
         self.dirs.iter().any(|d| {

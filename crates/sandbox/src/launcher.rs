@@ -195,17 +195,29 @@ fn prepare_and_exec(spec: &Spec, cgroup_joined: bool) -> Result<Never, SandboxEr
     .step("RLIMIT_FSIZE")?;
     setrlimit(Resource::RLIMIT_NOFILE, l.open_files, l.open_files).step("RLIMIT_NOFILE")?;
     setrlimit(Resource::RLIMIT_CORE, 0, 0).step("RLIMIT_CORE")?;
-    if !cgroup_joined {
+    if !cgroup_joined && !spec.zygote {
         // Without a pids cgroup this is the fork-bomb guard. The count is
         // per user namespace owner on current kernels, so it is ours alone.
+        // (A zygote's children each get a pids cgroup from the host: a
+        // limit here would be shared by all of them.)
         setrlimit(Resource::RLIMIT_NPROC, l.processes, l.processes).step("RLIMIT_NPROC")?;
     }
 
     close_inherited_fds()?;
-    drop_capability_bounding_set();
-    prctl::set_no_new_privs().step("no_new_privs")?;
-    let landlock = landlock_rules::restrict(spec)?;
-    seccomp::apply(spec.network)?;
+    let landlock = if spec.zygote {
+        keep_zygote_capabilities()?;
+        prctl::set_no_new_privs().step("no_new_privs")?;
+        // Landlock would forbid the mounts each child needs: children
+        // apply it themselves before any agent code runs.
+        seccomp::apply_zygote(spec.network)?;
+        "in each child"
+    } else {
+        drop_capability_bounding_set();
+        prctl::set_no_new_privs().step("no_new_privs")?;
+        let landlock = landlock_rules::restrict(spec)?;
+        seccomp::apply(spec.network)?;
+        landlock
+    };
 
     if spec.env.iter().any(|(k, _)| k == "CEM_SANDBOX_REPORT") {
         let report = json!({
@@ -267,6 +279,82 @@ fn drop_capability_bounding_set() {
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
     }
+}
+
+/// Capabilities a zygote keeps, in the sandbox's user namespace only (they
+/// mean nothing outside it): CAP_SYS_ADMIN to make each child's mount, IPC
+/// and pid namespaces and mount its /proc, /tmp and /dev/shm; CAP_SETPCAP
+/// so each child can empty its bounding set. Every other capability leaves
+/// the bounding set; the two are made ambient so they survive the execve of
+/// the interpreter (which runs as a non-zero uid).
+const ZYGOTE_CAPS: [u32; 2] = [CAP_SYS_ADMIN, CAP_SETPCAP];
+// From <linux/capability.h> (libc does not export them).
+const CAP_SETPCAP: u32 = 8;
+const CAP_SYS_ADMIN: u32 = 21;
+
+fn keep_zygote_capabilities() -> Result<(), SandboxError> {
+    for cap in 0..=63u32 {
+        if !ZYGOTE_CAPS.contains(&cap) {
+            // SAFETY: prctl with integer arguments only.
+            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        }
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: header and two data structs, as capget/capset v3 expect.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(SandboxError::Sys {
+            step: "capget".into(),
+            source: nix::errno::Errno::last(),
+        });
+    }
+    let mask: u32 = ZYGOTE_CAPS.iter().map(|c| 1u32 << c).sum();
+    data[0].inheritable = mask;
+    data[1].inheritable = 0;
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(SandboxError::Sys {
+            step: "capset (inheritable)".into(),
+            source: nix::errno::Errno::last(),
+        });
+    }
+    for cap in ZYGOTE_CAPS {
+        // SAFETY: prctl with integer arguments only.
+        let rc = unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_RAISE,
+                cap as libc::c_ulong,
+                0,
+                0,
+            )
+        };
+        if rc != 0 {
+            return Err(SandboxError::Sys {
+                step: format!("raise ambient capability {cap}"),
+                source: nix::errno::Errno::last(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Waits for `child` (the init) and turns its end into an exit code

@@ -30,12 +30,14 @@ mod mounts;
 mod probe;
 pub mod seccomp;
 mod spec;
+pub mod zygote;
 
 pub use cgroup::Cgroup;
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
 pub use spec::{Bind, Limits, Spec};
+pub use zygote::{Forked, Zygote};
 
 use std::path::Path;
 use std::process::Command;

@@ -85,6 +85,7 @@ pub fn probe(exe: &Path, layout: &InterpreterLayout, workspace: &Path) -> Layers
             .as_ref()
             .map(|c| c.dirs().to_vec())
             .unwrap_or_default(),
+        zygote: false,
     };
     let output = command(exe, &spec)
         .map_err(|e| e.to_string())

@@ -97,13 +97,44 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> 
     SeccompRule::new(conditions).map_err(|e| SandboxError::Seccomp(e.to_string()))
 }
 
+/// What the zygote (see [`crate::zygote`]) may do that sandboxed code may
+/// not: make mount, IPC and pid namespaces for its children and mount their
+/// private /proc, /tmp and /dev/shm. A new user namespace stays refused.
+/// Its children add the full [`build`] filter on top before any agent code
+/// runs (filters stack: the strictest answer wins).
+const ZYGOTE_ALLOWED: &[&str] = &["mount", "umount2", "unshare", "setns"];
+
 /// Builds the two filters: the EPERM deny-list, and clone3 answered with
 /// ENOSYS (its flags live in memory seccomp cannot read, so libc must fall
 /// back to clone(), whose flags the first filter checks).
 pub fn build(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+    build_for(allow_inet, false)
+}
+
+/// The zygote's filters: [`build`]'s, less [`ZYGOTE_ALLOWED`], with
+/// unshare(CLONE_NEWUSER) refused.
+pub fn build_zygote(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+    build_for(allow_inet, true)
+}
+
+fn build_for(allow_inet: bool, zygote: bool) -> Result<Vec<BpfProgram>, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for (_, nr) in DENIED {
-        rules.insert(*nr, vec![]);
+    for (name, nr) in DENIED {
+        if !(zygote && ZYGOTE_ALLOWED.contains(name)) {
+            rules.insert(*nr, vec![]);
+        }
+    }
+    if zygote {
+        let newuser = libc::CLONE_NEWUSER as u64;
+        rules.insert(
+            libc::SYS_unshare,
+            vec![rule(vec![cond(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(newuser),
+                newuser,
+            )?])?],
+        );
     }
     // socket(): only AF_UNIX (and AF_INET/AF_INET6 when the network is on).
     let mut domain_conds = vec![cond(
@@ -218,7 +249,16 @@ fn x32_guard() -> BpfProgram {
 
 /// Installs the filters on the current thread (no_new_privs must be set).
 pub fn apply(allow_inet: bool) -> Result<(), SandboxError> {
-    for program in build(allow_inet)? {
+    install(build(allow_inet)?)
+}
+
+/// Installs the zygote's filters (see [`build_zygote`]).
+pub fn apply_zygote(allow_inet: bool) -> Result<(), SandboxError> {
+    install(build_zygote(allow_inet)?)
+}
+
+fn install(programs: Vec<BpfProgram>) -> Result<(), SandboxError> {
+    for program in programs {
         seccompiler::apply_filter(&program).map_err(|e| SandboxError::Seccomp(e.to_string()))?;
     }
     Ok(())
@@ -231,5 +271,16 @@ mod tests {
         let programs = super::build(false).map_err(|e| e.to_string());
         let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
         assert_eq!(programs.map(|p| p.len()), Ok(expected));
+    }
+
+    #[test]
+    fn the_zygote_filter_is_the_same_list_less_what_it_needs() {
+        let (Ok(code), Ok(zygote)) = (super::build(false), super::build_zygote(false)) else {
+            panic!("filters must compile");
+        };
+        assert_eq!(code.len(), zygote.len());
+        // Fewer denied syscalls, one conditional rule added: a shorter program.
+        assert!(zygote[0].len() < code[0].len());
+        assert_eq!(code[1..], zygote[1..]);
     }
 }

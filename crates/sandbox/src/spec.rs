@@ -64,4 +64,10 @@ pub struct Spec {
     /// cgroup directories (one per v1 controller, or one v2 dir) the
     /// launcher joins before anything else; made by the host.
     pub cgroups: Vec<PathBuf>,
+    /// Start the program as a zygote (see [`crate::zygote`]): it keeps
+    /// CAP_SYS_ADMIN in the sandbox's own user namespace to give each child
+    /// its namespaces and mounts, runs under [`crate::seccomp::build_zygote`]
+    /// and no Landlock; every child applies the full layers itself.
+    #[serde(default)]
+    pub zygote: bool,
 }

@@ -90,6 +90,8 @@ struct Shared<'a> {
     ranking: crate::discovery::Ranking,
     /// The host's bound on executions at once.
     running: Option<Arc<tokio::sync::Semaphore>>,
+    /// Every tenant's interpreter sessions (one server-wide cap).
+    sessions: Option<Arc<cem_engine::SessionTable>>,
     cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
@@ -195,6 +197,9 @@ impl AppState {
             running: Some(Arc::new(tokio::sync::Semaphore::new(
                 config.sandbox.max_concurrent as usize,
             ))),
+            sessions: Some(cem_engine::SessionTable::new(
+                config.sandbox.max_sessions as usize,
+            )),
             config,
             config_path,
             data_dir,
@@ -236,6 +241,7 @@ impl AppState {
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
             running: base.running.clone(),
+            sessions: base.sessions.clone(),
             cluster: self.cluster.clone(),
         };
         let audit_path = root.join("audit").join("audit.jsonl");
@@ -263,6 +269,7 @@ impl AppState {
             registry,
             ranking,
             running,
+            sessions,
             cluster,
         } = shared;
         let workspace = Arc::new(Workspace::open_owned(
@@ -274,6 +281,8 @@ impl AppState {
         let skills = SkillStore::open(&root.join("skills"))?;
         let engine = Engine::new(EngineOptions {
             running,
+            sessions,
+            tenant: tenant.to_string(),
             data_dir: data_dir.to_path_buf(),
             workspace: workspace.root().to_path_buf(),
             sandbox: config.sandbox.clone(),

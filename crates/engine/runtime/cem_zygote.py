@@ -1,0 +1,265 @@
+"""The zygote: an interpreter inside the sandbox that imports the runtime once and forks a fresh child for
+every execution, so an execution starts in a few milliseconds instead of paying for namespaces, the root,
+Python's start-up and the runtime's imports each time.
+
+It never runs agent code, holds no secret (its environment is the sandboxed interpreter's, cleared by the
+host) and only ever forks from itself, so a child carries nothing of another execution. Each child makes
+its own pid, mount and IPC namespaces (and network namespace when the plan says so), a fresh /proc and
+private /tmp and /dev/shm, waits until the host has moved it into its own cgroup, then sets its limits,
+keeps only its three stdio descriptors, empties its capabilities and applies the same Landlock ruleset and
+seccomp filters as a cold sandbox (computed by the host: cem_sandbox::zygote::child_plan) before it reads
+any code. Setting up a child is all system calls through ctypes: no import happens after the fork.
+
+The host speaks to the zygote over a SOCK_SEQPACKET socket on fd 0: {"type": "fork", "id", "limits"} with
+the child's stdin, stdout, stderr and a hello socket attached (SCM_RIGHTS); it answers {"type": "forked"}
+or {"error"}, and {"type": "exited", "id", "status"} when a child ends.
+"""
+
+import ctypes
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+_PLAN = json.loads(os.environ.pop("CEM_ZYGOTE_PLAN"))
+
+# <sched.h>, <sys/mount.h>, <sys/prctl.h>, <linux/seccomp.h>, <linux/landlock.h>: the same on every
+# architecture Linux runs Python on (the Landlock syscalls have one number everywhere).
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_CAP_AMBIENT = 1, 24, 22, 47
+PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 4, 2
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH = 1
+SETUP_FAILED = 125
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(rc, what):
+    if rc == -1:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return rc
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+# Built once here; each child only hands them to the kernel.
+_FILTERS = []
+for _hex in _PLAN["seccomp"]:
+    _raw = bytes.fromhex(_hex)
+    _buf = ctypes.create_string_buffer(_raw, len(_raw))
+    _FILTERS.append((_buf, _SockFprog(len(_raw) // 8, ctypes.addressof(_buf))))
+
+
+def _load_runtime():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cem_runtime.py")
+    spec = importlib.util.spec_from_file_location("cem_runtime", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["cem_runtime"] = module
+    spec.loader.exec_module(module)
+    # What the runtime imports lazily in a cold interpreter costs nothing here: load it once.
+    module.asyncio.get_event_loop_policy
+    module.statistics.mean
+    import ast  # noqa: F401  (skill analysis)
+
+    return module
+
+
+runtime = _load_runtime()
+
+
+# --- one child ----------------------------------------------------------------------------------
+
+
+def _mount(source, target, fstype, flags, data=None):
+    _check(_libc.mount(source, target, fstype, flags, data), f"mount {target.decode()}")
+
+
+def _mounts(tmp_mb):
+    nosuid_nodev = MS_NOSUID | MS_NODEV
+    # Its own /proc: the child is pid 1 of a new pid namespace and sees nothing else.
+    _mount(b"proc", b"/proc", b"proc", nosuid_nodev | MS_NOEXEC)
+    for path in (b"/proc/sys", b"/proc/sysrq-trigger", b"/proc/irq", b"/proc/bus"):
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | nosuid_nodev | MS_NOEXEC)
+    options = b"mode=1777,size=%dm" % max(1, int(tmp_mb))
+    _mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, options)
+    _mount(b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev, options)
+
+
+def _limits(limits):
+    mb = 1 << 20
+    for which, value in (
+        (resource.RLIMIT_AS, limits["memory_mb"] * mb),
+        (resource.RLIMIT_FSIZE, limits["file_size_mb"] * mb),
+        (resource.RLIMIT_NOFILE, limits["open_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"] + 1))
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last capability: nothing to drop
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _landlock():
+    plan = _PLAN["landlock"]
+    if not plan:
+        return
+    abi = plan["abi"]
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    attr = ctypes.create_string_buffer(struct.pack("=QQQ", plan["handled_fs"], plan["handled_net"], plan["scoped"])[:size], size)
+    ruleset = _check(_libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), ctypes.c_uint32(0)), "landlock ruleset")
+    for path, access in plan["rules"]:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
+        _check(_libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, ctypes.c_uint32(0)), f"landlock rule {path}")
+        os.close(fd)
+    _check(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)), "landlock restrict")
+    os.close(ruleset)
+
+
+def _seccomp():
+    for _, program in _FILTERS:
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(program), 0, 0), "seccomp")
+
+
+def _child(request, fds, ctl):
+    """Runs in the forked child (pid 1 of its own pid namespace); never returns."""
+    code = SETUP_FAILED
+    try:
+        stdin_r, stdout_w, stderr_w, hello = fds
+        os.dup2(stderr_w, 2)  # set-up errors reach the host
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        ctl.detach()
+        flags = CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWNET if _PLAN["new_net"] else 0)
+        _check(_libc.unshare(flags), "unshare(mount, ipc)")
+        _mounts(request["limits"]["tmp_mb"])
+        # The host learns our pid from this message (SO_PASSCRED) and moves us into our cgroup.
+        with socket.socket(fileno=hello) as hs:
+            hs.send(b"r")
+            if hs.recv(1) != b"g":
+                os._exit(SETUP_FAILED)
+        _limits(request["limits"])
+        os.dup2(stdin_r, 0)
+        os.dup2(stdout_w, 1)
+        os.closerange(3, 1 << 20)
+        _drop_capabilities()
+        _landlock()
+        _seccomp()
+        sys.argv = [runtime.__file__]
+        sys.modules["__main__"] = runtime
+        runtime._attach()
+        runtime.main()
+        code = 0
+    except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the zygote
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _fork(request, fds, ctl, own_pid_ns):
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, ctl)
+    finally:
+        # Our own later children (and we) stay in our pid namespace.
+        _check(_libc.setns(own_pid_ns, CLONE_NEWPID), "setns(pid)")
+    return pid
+
+
+def _send(ctl, message):
+    ctl.send(json.dumps(message).encode())
+
+
+def _reap(ctl, children):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        request_id = children.pop(pid, None)
+        if request_id is not None:
+            _send(ctl, {"type": "exited", "id": request_id, "status": 128 - code if code < 0 else code})
+
+
+def main():
+    ctl = socket.socket(fileno=0)
+    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children = {}
+    _send(ctl, {"type": "ready"})
+    while True:
+        readable, _, _ = select.select([ctl, wake_r], [], [])
+        if wake_r in readable:
+            while True:
+                try:
+                    if not os.read(wake_r, 512):
+                        break
+                except BlockingIOError:
+                    break
+        _reap(ctl, children)
+        if ctl not in readable:
+            continue
+        message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+        if not message:
+            return  # the host is gone: so are we, and with our pid namespace every child
+        request = None
+        try:
+            request = json.loads(message)
+            if len(fds) != 4:
+                raise ValueError(f"expected 4 descriptors, got {len(fds)}")
+            children[_fork(request, fds, ctl, own_pid_ns)] = request["id"]
+            _send(ctl, {"type": "forked", "id": request["id"]})
+        except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
+            _send(ctl, {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None, "error": str(e)})
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+main()

@@ -1,0 +1,298 @@
+//! Interpreter sessions (`session_id`): which interpreter each one holds,
+//! shared by the engines of every tenant of one server so the server-wide
+//! cap counts them all, and which ones were ended (evicted for room, or
+//! idle too long) so their next call says so instead of silently starting
+//! over.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::process::Interp;
+
+/// Ended sessions remembered (per server) so their next call can be told.
+const REMEMBERED: usize = 4096;
+
+/// One interpreter session.
+pub(crate) struct Session {
+    pub interp: Option<Interp>,
+    pub last_used: Instant,
+    /// Set while an execution runs and cleared when it ends: still set
+    /// at the next one means that run was abandoned (cancelled) and its
+    /// interpreter killed, so the session starts afresh, and says so.
+    pub interrupted: bool,
+}
+
+/// (tenant, session key).
+type Key = (String, String);
+
+/// Why a session that a caller names no longer exists.
+#[derive(Debug, Clone)]
+pub(crate) enum Ended {
+    /// Ended to make room for another; with the cap that was full.
+    Evicted { cap: usize, config_key: String },
+    /// Unused for longer than `sandbox.session_idle_seconds`.
+    Idle { seconds: u64 },
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<Key, Arc<Mutex<Session>>>,
+    ended: HashMap<Key, Ended>,
+    /// Order the ended keys were recorded in, to forget the oldest.
+    ended_order: VecDeque<Key>,
+}
+
+/// Every interpreter session of a server.
+pub struct SessionTable {
+    inner: Mutex<Inner>,
+    /// Sessions the whole server keeps at once (`sandbox.max_sessions`).
+    cap: usize,
+}
+
+impl std::fmt::Debug for SessionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionTable")
+            .field("cap", &self.cap)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`SessionTable::open`] found or made.
+pub(crate) struct Opened {
+    pub session: Arc<Mutex<Session>>,
+    /// The session's previous life ended (it is new again): why.
+    pub ended: Option<Ended>,
+    /// Interpreters of sessions evicted to make room: the caller kills them
+    /// (outside the table's lock).
+    pub evicted: Vec<Arc<Mutex<Session>>>,
+}
+
+impl SessionTable {
+    /// A table for a server that keeps at most `cap` sessions.
+    pub fn new(cap: usize) -> Arc<SessionTable> {
+        Arc::new(SessionTable {
+            inner: Mutex::new(Inner::default()),
+            cap: cap.max(1),
+        })
+    }
+
+    /// The session `key` of `tenant`, made if it does not exist. Making one
+    /// when the tenant holds `tenant_cap` sessions, or the server its cap,
+    /// evicts the least recently used idle session of the tenant (or of the
+    /// server); when every one is busy, the call is refused.
+    pub(crate) async fn open(
+        &self,
+        tenant: &str,
+        key: &str,
+        tenant_cap: (usize, &str),
+    ) -> Result<Opened, String> {
+        let mut inner = self.inner.lock().await;
+        let k = (tenant.to_string(), key.to_string());
+        if let Some(session) = inner.live.get(&k) {
+            return Ok(Opened {
+                session: session.clone(),
+                ended: None,
+                evicted: Vec::new(),
+            });
+        }
+        let mut evicted = Vec::new();
+        let (cap, config_key) = tenant_cap;
+        let of_tenant = inner.live.keys().filter(|(t, _)| t == tenant).count();
+        if of_tenant >= cap {
+            let victim = least_recent(&inner, Some(tenant)).ok_or_else(|| {
+                format!(
+                    "{of_tenant} interpreter sessions are open and all are running code, the most allowed \
+                     ({config_key} = {cap}); wait for one to finish, or run without session_id"
+                )
+            })?;
+            evicted.push(evict(&mut inner, victim, cap, config_key));
+        }
+        if inner.live.len() >= self.cap {
+            let victim = least_recent(&inner, None).ok_or_else(|| {
+                format!(
+                    "{} interpreter sessions are open on this server and all are running code, the most \
+                     allowed (sandbox.max_sessions = {}); wait for one to finish, or run without session_id",
+                    inner.live.len(),
+                    self.cap
+                )
+            })?;
+            evicted.push(evict(&mut inner, victim, self.cap, "sandbox.max_sessions"));
+        }
+        let ended = inner.ended.remove(&k);
+        let session = Arc::new(Mutex::new(Session {
+            interp: None,
+            last_used: Instant::now(),
+            interrupted: false,
+        }));
+        inner.live.insert(k, session.clone());
+        Ok(Opened {
+            session,
+            ended,
+            evicted,
+        })
+    }
+
+    /// Why `tenant`'s session `key` ended, if it did and was not reopened.
+    pub(crate) async fn ended(&self, tenant: &str, key: &str) -> Option<Ended> {
+        let inner = self.inner.lock().await;
+        inner
+            .ended
+            .get(&(tenant.to_string(), key.to_string()))
+            .cloned()
+    }
+
+    /// Forgets why `tenant`'s session `key` ended (it was reported).
+    pub(crate) async fn forget_ended(&self, tenant: &str, key: &str) {
+        let mut inner = self.inner.lock().await;
+        inner.ended.remove(&(tenant.to_string(), key.to_string()));
+    }
+
+    /// Ends `tenant`'s sessions idle for longer than `idle`; returns them
+    /// for the caller to kill.
+    pub(crate) async fn expire(&self, tenant: &str, idle: Duration) -> Vec<Arc<Mutex<Session>>> {
+        let mut inner = self.inner.lock().await;
+        let expired: Vec<Key> = inner
+            .live
+            .iter()
+            .filter(|((t, _), s)| {
+                t == tenant && s.try_lock().is_ok_and(|s| s.last_used.elapsed() > idle)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let mut out = Vec::new();
+        for k in expired {
+            if let Some(s) = inner.live.remove(&k) {
+                tracing::info!(session = %k.1, "session idle too long; ended");
+                remember(
+                    &mut inner,
+                    k,
+                    Ended::Idle {
+                        seconds: idle.as_secs(),
+                    },
+                );
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    /// Removes every session of `tenant`; returns them to be killed.
+    pub(crate) async fn drain(&self, tenant: &str) -> Vec<Arc<Mutex<Session>>> {
+        let mut inner = self.inner.lock().await;
+        let keys: Vec<Key> = inner
+            .live
+            .keys()
+            .filter(|(t, _)| t == tenant)
+            .cloned()
+            .collect();
+        keys.iter().filter_map(|k| inner.live.remove(k)).collect()
+    }
+
+    /// How many sessions `tenant` holds.
+    pub(crate) async fn count(&self, tenant: &str) -> usize {
+        let inner = self.inner.lock().await;
+        inner.live.keys().filter(|(t, _)| t == tenant).count()
+    }
+
+    /// `tenant`'s sessions, for status answers: the session id, how long
+    /// it has been idle (or that it is running) and the memory its
+    /// interpreter holds.
+    pub(crate) async fn describe(&self, tenant: &str) -> Vec<Value> {
+        let sessions: Vec<(String, Arc<Mutex<Session>>)> = {
+            let inner = self.inner.lock().await;
+            inner
+                .live
+                .iter()
+                .filter(|((t, _), _)| t == tenant)
+                .map(|((_, k), s)| (k.clone(), s.clone()))
+                .collect()
+        };
+        let mut out: Vec<Value> = sessions
+            .into_iter()
+            .map(|(key, session)| {
+                // The id the caller gave (the key may carry its owner first).
+                let id = key.rsplit('\u{0}').next().unwrap_or(&key).to_string();
+                match session.try_lock() {
+                    Ok(s) => {
+                        let memory = s
+                            .interp
+                            .as_ref()
+                            .and_then(Interp::memory_bytes)
+                            .map(|b| (b as f64 / 1_048_576.0 * 10.0).round() / 10.0);
+                        json!({
+                            "session_id": id,
+                            "idle_seconds": s.last_used.elapsed().as_secs(),
+                            "memory_mb": memory,
+                        })
+                    }
+                    Err(_) => json!({"session_id": id, "running": true}),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a["session_id"].as_str().cmp(&b["session_id"].as_str()));
+        out
+    }
+}
+
+/// The least recently used idle session (of `tenant`, or of anyone).
+fn least_recent(inner: &Inner, tenant: Option<&str>) -> Option<Key> {
+    inner
+        .live
+        .iter()
+        .filter(|((t, _), _)| tenant.is_none_or(|tenant| t == tenant))
+        .filter_map(|(k, s)| s.try_lock().ok().map(|s| (s.last_used, k)))
+        .min_by_key(|(used, _)| *used)
+        .map(|(_, k)| k.clone())
+}
+
+fn evict(inner: &mut Inner, victim: Key, cap: usize, config_key: &str) -> Arc<Mutex<Session>> {
+    tracing::info!(session = %victim.1, cap, config_key, "session evicted to make room");
+    let session = inner.live.remove(&victim);
+    remember(
+        inner,
+        victim,
+        Ended::Evicted {
+            cap,
+            config_key: config_key.to_string(),
+        },
+    );
+    session.unwrap_or_else(|| {
+        Arc::new(Mutex::new(Session {
+            interp: None,
+            last_used: Instant::now(),
+            interrupted: false,
+        }))
+    })
+}
+
+fn remember(inner: &mut Inner, key: Key, why: Ended) {
+    if inner.ended.insert(key.clone(), why).is_none() {
+        inner.ended_order.push_back(key);
+    }
+    while inner.ended_order.len() > REMEMBERED {
+        if let Some(old) = inner.ended_order.pop_front() {
+            inner.ended.remove(&old);
+        }
+    }
+}
+
+impl Ended {
+    /// What the next call of the session is told.
+    pub(crate) fn explain(&self, id: &str) -> String {
+        match self {
+            Ended::Evicted { cap, config_key } => format!(
+                "interpreter session '{id}' was ended to make room for a newer one ({config_key} = {cap} \
+                 sessions at once; it was the least recently used): its variables and imports are gone. \
+                 Call again with the same session_id to start it afresh, and recreate the state the code needs"
+            ),
+            Ended::Idle { seconds } => format!(
+                "interpreter session '{id}' had been idle for over {seconds} s \
+                 (sandbox.session_idle_seconds) and was ended; it started afresh, without its variables"
+            ),
+        }
+    }
+}

@@ -1,0 +1,568 @@
+//! The zygote: one sandboxed interpreter that did the expensive work once
+//! (namespaces, the minimal root, Python's start and the runtime's imports)
+//! and forks a fresh child for every execution.
+//!
+//! The zygote is started by the launcher like any sandbox ([`Spec::zygote`]
+//! set): same namespaces, same read-only root, no network, a cleared
+//! environment with no secret in it. It never runs agent code. For each
+//! child it:
+//! 1. makes a new pid namespace for it (the child is its pid 1: it cannot
+//!    see, trace or signal its siblings or the zygote);
+//! 2. in the child: new mount and IPC namespaces (and a network namespace
+//!    when Landlock cannot scope abstract unix sockets), a fresh /proc, and
+//!    private tmpfs /tmp and /dev/shm;
+//! 3. tells the host it exists over a socket that carries its pid
+//!    (`SO_PASSCRED`), so the host opens a pidfd and moves it into its own
+//!    memory and pids cgroup before it runs anything;
+//! 4. sets its rlimits, keeps only its three stdio descriptors, empties its
+//!    capabilities, and applies the same Landlock ruleset and seccomp
+//!    filters as a cold sandbox (from the [`ChildPlan`] computed here, so
+//!    there is one definition of each), and only then reads the code.
+//!
+//! Each child is forked from the zygote, never from a child that ran code,
+//! so nothing of an earlier execution is in its memory.
+
+// Descriptor passing and pidfds are raw system calls.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut, Read};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use landlock::{ABI, Access, AccessFs, AccessNet, Scope};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, setsockopt, socketpair, sockopt,
+};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{Limits, SandboxError, Spec, seccomp};
+
+/// The environment variable that hands the zygote its [`ChildPlan`].
+pub const PLAN_ENV: &str = "CEM_ZYGOTE_PLAN";
+/// How long a fork may take before it is given up.
+const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Diagnostics of the zygote kept for error reports.
+const STDERR_TAIL: usize = 4096;
+
+/// What each child applies to itself, computed by the host from the same
+/// code as the cold sandbox's layers.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChildPlan {
+    /// Landlock, when the kernel has it.
+    pub landlock: Option<LandlockPlan>,
+    /// The seccomp programs, each as hex of its `sock_filter` array.
+    pub seccomp: Vec<String>,
+    /// Give each child its own network namespace (when siblings could
+    /// otherwise reach each other's abstract unix sockets).
+    pub new_net: bool,
+}
+
+/// One Landlock ruleset as raw masks for the kernel's ABI.
+#[derive(Debug, Clone, Serialize)]
+pub struct LandlockPlan {
+    pub abi: i32,
+    pub handled_fs: u64,
+    pub handled_net: u64,
+    pub scoped: u64,
+    /// (path, rights beneath it).
+    pub rules: Vec<(PathBuf, u64)>,
+}
+
+/// The Landlock ABI this kernel offers (0: none).
+fn kernel_landlock_abi() -> i32 {
+    const VERSION: libc::c_uint = 1; // LANDLOCK_CREATE_RULESET_VERSION
+    // SAFETY: with a null attribute and the version flag, the call only
+    // returns a number.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            VERSION,
+        )
+    };
+    i32::try_from(v).unwrap_or(0).max(0)
+}
+
+/// The plan for the children of a zygote started with `spec`: the rules of
+/// [`crate::landlock_rules`] and the filters of [`seccomp::build`].
+pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
+    let kernel = kernel_landlock_abi();
+    // The cold path asks for ABI 6 at most (best effort): the same here.
+    let abi_number = kernel.min(6);
+    let landlock = (abi_number > 0).then(|| {
+        let abi = ABI::from(abi_number);
+        let handled_fs = AccessFs::from_all(abi);
+        let file_rights = AccessFs::from_file(abi);
+        let devices = (AccessFs::from_read(abi) | AccessFs::WriteFile | AccessFs::IoctlDev)
+            & file_rights
+            & handled_fs;
+        let mut rules = vec![(PathBuf::from("/"), AccessFs::from_read(abi).bits())];
+        for dir in [
+            spec.workspace_target.as_path(),
+            "/tmp".as_ref(),
+            "/dev/shm".as_ref(),
+        ] {
+            rules.push((dir.to_path_buf(), handled_fs.bits()));
+        }
+        for dev in ["null", "zero", "full", "random", "urandom"] {
+            rules.push((Path::new("/dev").join(dev), devices.bits()));
+        }
+        LandlockPlan {
+            abi: abi_number,
+            handled_fs: handled_fs.bits(),
+            handled_net: if spec.network {
+                0
+            } else {
+                AccessNet::from_all(abi).bits()
+            },
+            scoped: Scope::from_all(abi).bits(),
+            rules,
+        }
+    });
+    let seccomp = seccomp::build(spec.network)?
+        .iter()
+        .map(|program| {
+            program
+                .iter()
+                .flat_map(|f| {
+                    let mut bytes = Vec::with_capacity(8);
+                    bytes.extend_from_slice(&f.code.to_ne_bytes());
+                    bytes.push(f.jt);
+                    bytes.push(f.jf);
+                    bytes.extend_from_slice(&f.k.to_ne_bytes());
+                    bytes
+                })
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        })
+        .collect();
+    Ok(ChildPlan {
+        // Abstract unix sockets live in the network namespace; Landlock's
+        // scope (ABI 6) keeps each child to its own, else each child gets
+        // its own namespace.
+        new_net: !spec.network && kernel < 6,
+        landlock,
+        seccomp,
+    })
+}
+
+/// Whether this kernel has what a zygote needs beyond a cold sandbox:
+/// pidfds (so the host never signals a reused pid).
+pub fn kernel_support() -> Result<(), String> {
+    // SAFETY: pidfd_open on our own pid; the descriptor is owned at once.
+    let raw = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_open,
+            std::process::id() as libc::pid_t,
+            0u32,
+        )
+    };
+    if raw < 0 {
+        return Err(format!(
+            "this kernel has no pidfd_open ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor the call just returned, owned by nobody else.
+    drop(unsafe { OwnedFd::from_raw_fd(raw as RawFd) });
+    Ok(())
+}
+
+/// An answer of the zygote to one request.
+type Reply = Result<Value, String>;
+
+struct Shared {
+    /// Requests waiting for their answer, by id.
+    pending: Mutex<HashMap<u64, mpsc::Sender<Reply>>>,
+    /// Children whose exit status is still to come, by id.
+    exits: Mutex<HashMap<u64, tokio::sync::oneshot::Sender<i32>>>,
+    alive: AtomicBool,
+    stderr: Mutex<String>,
+}
+
+/// A running zygote. Dropping it ends it and every child it made.
+pub struct Zygote {
+    ctl: OwnedFd,
+    send: Mutex<()>,
+    launcher: Mutex<Child>,
+    shared: Arc<Shared>,
+    next: AtomicU64,
+}
+
+/// A child forked by the zygote: its host pid, a pidfd, and the host ends
+/// of its stdin, stdout and stderr. Dropping it kills the child (and its
+/// whole pid namespace).
+pub struct Forked {
+    pub pid: u32,
+    pidfd: OwnedFd,
+    pub stdin: Option<OwnedFd>,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    /// The exit status (128+signal for signals), sent when the zygote has
+    /// reaped the child; closed without a value if the zygote died first.
+    pub exit: Option<tokio::sync::oneshot::Receiver<i32>>,
+}
+
+impl Forked {
+    /// Sends SIGKILL (through the pidfd: never to a reused pid).
+    pub fn kill(&self) {
+        // SAFETY: pidfd_send_signal with a valid pidfd and no siginfo.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.pidfd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<u8>(),
+                0u32,
+            )
+        };
+    }
+
+    /// Whether the child has ended (its pidfd is readable).
+    pub fn ended(&self) -> bool {
+        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.shared.alive.store(false, Ordering::SeqCst);
+        if let Ok(mut launcher) = self.launcher.lock() {
+            let _ = launcher.kill();
+            let _ = launcher.wait();
+        }
+    }
+}
+
+fn sys<T>(what: &str, r: nix::Result<T>) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// pipe2(O_CLOEXEC): (read end, write end).
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    sys("pipe", nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC))
+}
+
+fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), String> {
+    sys(
+        "socketpair",
+        socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        ),
+    )
+}
+
+/// Waits until `fd` is readable, up to `timeout`; false on timeout.
+fn readable(fd: &OwnedFd, timeout: Duration) -> bool {
+    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+}
+
+/// One message of a seqpacket socket (empty at end of stream).
+fn recv_message(fd: RawFd) -> Result<Vec<u8>, String> {
+    let mut buf = vec![0u8; 64 << 10];
+    let n = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = sys(
+            "recvmsg",
+            recvmsg::<()>(fd, &mut iov, None, MsgFlags::MSG_CMSG_CLOEXEC),
+        )?;
+        msg.bytes
+    };
+    buf.truncate(n);
+    Ok(buf)
+}
+
+impl Zygote {
+    /// Starts a zygote for `spec` (which must say `zygote: true`), with
+    /// `exe` re-executed as the launcher, and waits until it is ready.
+    pub fn start(exe: &Path, spec: &Spec) -> Result<Zygote, String> {
+        let plan = child_plan(spec).map_err(|e| e.to_string())?;
+        let mut spec = spec.clone();
+        spec.zygote = true;
+        let plan = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
+        spec.env.push((PLAN_ENV.into(), plan));
+        let (host, inside) = seqpacket_pair()?;
+        let mut cmd = crate::command(exe, &spec).map_err(|e| e.to_string())?;
+        cmd.stdin(Stdio::from(inside))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut launcher = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            exits: Mutex::new(HashMap::new()),
+            alive: AtomicBool::new(true),
+            stderr: Mutex::new(String::new()),
+        });
+        if let Some(stderr) = launcher.stderr.take() {
+            let shared = shared.clone();
+            std::thread::spawn(move || drain(stderr, &shared));
+        }
+        let zygote = Zygote {
+            ctl: host,
+            send: Mutex::new(()),
+            launcher: Mutex::new(launcher),
+            shared,
+            next: AtomicU64::new(1),
+        };
+        if !readable(&zygote.ctl, Duration::from_secs(20)) {
+            return Err(zygote.failed("did not say it was ready within 20 s"));
+        }
+        let ready = recv_message(zygote.ctl.as_raw_fd())?;
+        match serde_json::from_slice::<Value>(&ready) {
+            Ok(v) if v["type"] == "ready" => {}
+            _ => return Err(zygote.failed("ended during start-up")),
+        }
+        let ctl = zygote
+            .ctl
+            .try_clone()
+            .map_err(|e| format!("dup control socket: {e}"))?;
+        let shared = zygote.shared.clone();
+        std::thread::Builder::new()
+            .name("cem-zygote".into())
+            .spawn(move || read_replies(ctl, &shared))
+            .map_err(|e| format!("cannot start the zygote's reader: {e}"))?;
+        Ok(zygote)
+    }
+
+    /// The reason a zygote stopped, with the last thing it said.
+    fn failed(&self, what: &str) -> String {
+        std::thread::sleep(Duration::from_millis(50));
+        let tail = self.stderr_tail();
+        let last = tail
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        format!("the zygote {what}: {last}")
+    }
+
+    /// The end of the zygote's stderr.
+    pub fn stderr_tail(&self) -> String {
+        self.shared
+            .stderr
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether the zygote still serves forks.
+    pub fn alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
+    /// The launcher's pid (killing it ends the zygote and every child).
+    pub fn pid(&self) -> Option<u32> {
+        self.launcher.lock().ok().map(|l| l.id())
+    }
+
+    /// Forks a child with `limits`, moved into the cgroup directories
+    /// `cgroups` (made by the caller) before it runs anything. Blocking:
+    /// call it off the async runtime.
+    pub fn fork(&self, limits: &Limits, cgroups: &[PathBuf]) -> Result<Forked, String> {
+        if !self.alive() {
+            return Err(self.failed("has stopped"));
+        }
+        let (stdin_r, stdin_w) = pipe()?;
+        let (stdout_r, stdout_w) = pipe()?;
+        let (stderr_r, stderr_w) = pipe()?;
+        let (hello, hello_child) = seqpacket_pair()?;
+        sys("SO_PASSCRED", setsockopt(&hello, sockopt::PassCred, &true))?;
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, reply_rx) = mpsc::channel();
+        let (exit_tx, exit_rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut p) = self.shared.pending.lock() {
+            p.insert(id, reply_tx);
+        }
+        if let Ok(mut e) = self.shared.exits.lock() {
+            e.insert(id, exit_tx);
+        }
+        let request = json!({"type": "fork", "id": id, "limits": limits}).to_string();
+        let fds = [
+            stdin_r.as_raw_fd(),
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+            hello_child.as_raw_fd(),
+        ];
+        {
+            let _guard = self.send.lock();
+            let iov = [IoSlice::new(request.as_bytes())];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            sys(
+                "send to the zygote",
+                sendmsg::<()>(self.ctl.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None),
+            )?;
+        }
+        // The child's ends live in the zygote and the child now.
+        drop((stdin_r, stdout_w, stderr_w, hello_child));
+        let forgotten = |shared: &Shared| {
+            if let Ok(mut e) = shared.exits.lock() {
+                e.remove(&id);
+            }
+        };
+        let reply = match reply_rx.recv_timeout(FORK_TIMEOUT) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                forgotten(&self.shared);
+                return Err(e);
+            }
+            Err(_) => {
+                forgotten(&self.shared);
+                return Err(self.failed("did not answer a fork"));
+            }
+        };
+        if let Some(e) = reply.get("error").and_then(Value::as_str) {
+            forgotten(&self.shared);
+            return Err(format!("the zygote could not fork: {e}"));
+        }
+        // The child says hello once its namespaces and mounts are made;
+        // the kernel puts its pid, as we see it, on the message.
+        let pid = match self.hello_pid(&hello) {
+            Ok(pid) => pid,
+            Err(e) => {
+                let mut said = String::new();
+                let mut stderr = std::fs::File::from(stderr_r);
+                // The child has ended (its write end is closed): no block.
+                let _ = stderr.read_to_string(&mut said);
+                let last = said.lines().last().unwrap_or("").to_string();
+                return Err(format!("a forked sandbox did not start: {e} {last}"));
+            }
+        };
+        // SAFETY: pidfd_open returns a new descriptor or -1. The child is
+        // alive (it waits for our go-ahead), so the pid is not reused.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
+        if raw < 0 {
+            return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor the call just returned, owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        let forked = Forked {
+            pid,
+            pidfd,
+            stdin: Some(stdin_w),
+            stdout: Some(stdout_r),
+            stderr: Some(stderr_r),
+            exit: Some(exit_rx),
+        };
+        for dir in cgroups {
+            std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| format!("move a forked sandbox into {}: {e}", dir.display()))?;
+        }
+        let iov = [IoSlice::new(b"g")];
+        sys(
+            "release the forked sandbox",
+            sendmsg::<()>(hello.as_raw_fd(), &iov, &[], MsgFlags::empty(), None),
+        )?;
+        Ok(forked)
+    }
+
+    fn hello_pid(&self, hello: &OwnedFd) -> Result<u32, String> {
+        if !readable(hello, FORK_TIMEOUT) {
+            return Err("no word within 10 s".into());
+        }
+        let mut buf = [0u8; 16];
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut space = nix::cmsg_space!(libc::ucred);
+        let msg = sys(
+            "recvmsg",
+            recvmsg::<()>(
+                hello.as_raw_fd(),
+                &mut iov,
+                Some(&mut space),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ),
+        )?;
+        if msg.bytes == 0 {
+            return Err("it ended during set-up.".into());
+        }
+        for c in msg.cmsgs().map_err(|e| e.to_string())? {
+            if let ControlMessageOwned::ScmCredentials(creds) = c {
+                return u32::try_from(creds.pid()).map_err(|_| "a bad pid".to_string());
+            }
+        }
+        Err("its message carried no credentials".into())
+    }
+}
+
+/// Reads the zygote's answers and exit reports until it ends.
+fn read_replies(ctl: OwnedFd, shared: &Shared) {
+    loop {
+        let message = match recv_message(ctl.as_raw_fd()) {
+            Ok(m) if !m.is_empty() => m,
+            _ => break,
+        };
+        let Ok(value) = serde_json::from_slice::<Value>(&message) else {
+            continue;
+        };
+        let Some(id) = value.get("id").and_then(Value::as_u64) else {
+            continue;
+        };
+        if value["type"] == "exited" {
+            let status = value
+                .get("status")
+                .and_then(Value::as_i64)
+                .and_then(|s| i32::try_from(s).ok())
+                .unwrap_or(-1);
+            let tx = shared.exits.lock().ok().and_then(|mut e| e.remove(&id));
+            if let Some(tx) = tx {
+                let _ = tx.send(status);
+            }
+        } else {
+            let tx = shared.pending.lock().ok().and_then(|mut p| p.remove(&id));
+            if let Some(tx) = tx {
+                let _ = tx.send(Ok(value));
+            }
+        }
+    }
+    shared.alive.store(false, Ordering::SeqCst);
+    // Waiters learn the zygote is gone: their senders are dropped.
+    if let Ok(mut p) = shared.pending.lock() {
+        for (_, tx) in p.drain() {
+            let _ = tx.send(Err("the zygote stopped".into()));
+        }
+    }
+    if let Ok(mut e) = shared.exits.lock() {
+        e.clear();
+    }
+}
+
+fn drain(mut stderr: std::process::ChildStderr, shared: &Shared) {
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stderr.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        if let Ok(mut t) = shared.stderr.lock() {
+            t.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if t.len() > STDERR_TAIL * 2 {
+                let cut = t.len() - STDERR_TAIL;
+                let cut = (cut..t.len())
+                    .find(|i| t.is_char_boundary(*i))
+                    .unwrap_or(t.len());
+                t.drain(..cut);
+            }
+        }
+    }
+}
