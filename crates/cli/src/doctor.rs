@@ -91,7 +91,14 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         checks.extend(upstream_checks(cli, config));
     }
     let allow_unsandboxed = config.as_ref().is_some_and(|c| c.sandbox.allow_unsandboxed);
-    checks.extend(sandbox_checks(&python, allow_unsandboxed));
+    let sandbox = sandbox_checks(&python, allow_unsandboxed);
+    let isolated = !sandbox
+        .iter()
+        .any(|c| c.status == Status::Fail || c.name == "execution");
+    checks.extend(sandbox);
+    if let (true, Some(config), Ok(dir)) = (isolated, &config, setup::data_dir(cli)) {
+        checks.push(fresh_sandbox_check(config, &dir));
+    }
 
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if args.json {
@@ -257,6 +264,80 @@ fn sandbox_checks(python: &Path, allow_unsandboxed: bool) -> Vec<Check> {
         })
         .chain(verdict)
         .collect()
+}
+
+/// How a fresh sandbox starts here: forked from a zygote, or cold (and
+/// why). Starts a real zygote and forks one child.
+fn fresh_sandbox_check(config: &cem_config::Config, data_dir: &Path) -> Check {
+    let check = |status, detail| Check {
+        name: "fresh sandbox",
+        status,
+        detail,
+    };
+    let (exe, tmp) = match (std::env::current_exe(), tempdir()) {
+        (Ok(exe), Ok(tmp)) => (exe, tmp),
+        (Err(e), _) | (_, Err(e)) => {
+            return check(Status::Warn, format!("cannot prepare the check: {e}"));
+        }
+    };
+    let workspace = tmp.join("zygote-workspace");
+    let prepared =
+        std::fs::create_dir_all(&workspace).and_then(|()| match cem_sandbox::sandbox_owner() {
+            Some((uid, gid)) => std::os::unix::fs::chown(&workspace, Some(uid), Some(gid)),
+            None => Ok(()),
+        });
+    if let Err(e) = prepared {
+        return check(Status::Warn, format!("cannot prepare the check: {e}"));
+    }
+    let mut sandbox = config.sandbox.clone();
+    sandbox.pool_size = 0;
+    let engine = cem_engine::Engine::new(cem_engine::EngineOptions {
+        data_dir: data_dir.to_path_buf(),
+        workspace,
+        sandbox,
+        exe,
+        extra_ro: Vec::new(),
+        no_sandbox: false,
+        running: None,
+        sessions: None,
+        tenant: String::new(),
+    });
+    let outcome = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(async {
+                let path = engine.check_start_path().await;
+                engine.shutdown().await;
+                path.map_err(|e| e.to_string())
+            })
+        });
+    let _ = std::fs::remove_dir_all(&tmp);
+    match outcome {
+        Ok(path) if path["path"] == "zygote" => check(
+            Status::Ok,
+            "forked from a zygote: each execution gets a new child with its own pid, mount and IPC \
+             namespaces, /tmp, cgroup, Landlock and seccomp"
+                .into(),
+        ),
+        Ok(path) => {
+            let reason = path["reason"].as_str().unwrap_or("unknown").to_string();
+            let status = if config.sandbox.zygote {
+                Status::Warn
+            } else {
+                Status::Ok
+            };
+            check(
+                status,
+                format!("cold: each execution builds its sandbox from scratch ({reason})"),
+            )
+        }
+        Err(e) => check(
+            Status::Warn,
+            format!("cold: the zygote failed ({e}); executions start cold"),
+        ),
+    }
 }
 
 fn tempdir() -> std::io::Result<std::path::PathBuf> {

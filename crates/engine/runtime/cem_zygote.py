@@ -106,7 +106,18 @@ def _mounts(tmp_mb):
             _mount(path, path, None, MS_BIND | MS_REC)
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | nosuid_nodev | MS_NOEXEC)
     options = b"mode=1777,size=%dm" % max(1, int(tmp_mb))
+    # What is bound under /tmp (an interpreter living there) goes back on top of the private /tmp.
+    kept = [(path, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path in _PLAN["tmp_binds"]]
     _mount(b"tmpfs", b"/tmp", b"tmpfs", nosuid_nodev, options)
+    for path, fd in kept:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            open(path, "ab").close()
+        # A bind keeps the flags of the mount it copies: read-only stays read-only.
+        _mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC)
+        os.close(fd)
     _mount(b"tmpfs", b"/dev/shm", b"tmpfs", nosuid_nodev, options)
 
 

@@ -174,6 +174,8 @@ enum Proc {
         child: Forked,
         exit: Option<tokio::sync::oneshot::Receiver<i32>>,
         status: Option<Option<i32>>,
+        /// Its zygote: a child whose zygote died is about to die too.
+        zygote: Arc<Zygote>,
     },
 }
 
@@ -188,7 +190,7 @@ impl Proc {
     fn ended(&mut self) -> bool {
         match self {
             Proc::Spawned(c) => !matches!(c.try_wait(), Ok(None)),
-            Proc::Forked { child, .. } => child.ended(),
+            Proc::Forked { child, zygote, .. } => !zygote.alive() || child.ended(),
         }
     }
 
@@ -452,6 +454,7 @@ impl Interp {
                 child: forked,
                 exit,
                 status: None,
+                zygote: zygote.clone(),
             },
             Box::new(stdin),
             Box::new(stdout),
@@ -511,7 +514,8 @@ impl Interp {
         self.cgroup.as_ref().and_then(Cgroup::memory_used)
     }
 
-    /// Whether the process has ended (so a pooled one is unusable).
+    /// Whether the process has ended or is about to (so a pooled one is
+    /// unusable).
     pub fn exited(&mut self) -> bool {
         self.child.ended()
     }

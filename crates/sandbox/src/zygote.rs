@@ -63,6 +63,10 @@ pub struct ChildPlan {
     /// Give each child its own network namespace (when siblings could
     /// otherwise reach each other's abstract unix sockets).
     pub new_net: bool,
+    /// Read-only binds that live under /tmp (an interpreter or virtualenv
+    /// there): each child binds them again on top of its private /tmp, as
+    /// the cold sandbox does.
+    pub tmp_binds: Vec<PathBuf>,
 }
 
 /// One Landlock ruleset as raw masks for the kernel's ABI.
@@ -152,6 +156,12 @@ pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
         new_net: !spec.network && kernel < 6,
         landlock,
         seccomp,
+        tmp_binds: spec
+            .ro_binds
+            .iter()
+            .map(|b| b.target.clone())
+            .filter(|t| t.starts_with("/tmp"))
+            .collect(),
     })
 }
 
