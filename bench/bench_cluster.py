@@ -32,14 +32,15 @@ META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def start_node(binary: str, tmp: Path, pg: Postgres | None, name: str) -> tuple[subprocess.Popen, int]:
-    """A node on the shared store (pg), or with its data directory alone (None)."""
+def start_node(binary: str, tmp: Path, pg: Postgres | None, name: str,
+               sandbox: dict | None = None) -> tuple[subprocess.Popen, int]:
+    """A node on the shared store (pg), or with its data directory alone (None); `sandbox` adds settings."""
     data = tmp / name
     data.mkdir()
     port = free_port()
     config = tmp / f"{name}.json"
     config.write_text(json.dumps({**({"store": {"url": pg.url}} if pg else {}),
-                                  "auth": {"tokens": {"bench": TOKEN}}, "sandbox": {"max_concurrent": 16}}))
+                                  "auth": {"tokens": {"bench": TOKEN}}, "sandbox": {"max_concurrent": 16, **(sandbox or {})}}))
     log = open(tmp / f"{name}.log", "wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
     proc = subprocess.Popen([binary, "--data-dir", str(data), "--config", str(config), "serve", "--http",

@@ -211,7 +211,20 @@ ts.sort()
 result = {{"p50_ms": ts[len(ts) // 2]}}
 """
 
-CALL_ROUNDS = 7
+# Enough rounds that the median of the per-round ratios moves less than the noise of one round: a
+# round's ratio swings by tens of percent on a shared 2-core VM (CPU placement, idle-state wake-ups).
+CALL_ROUNDS = int(os.environ.get("CEM_BENCH_CALL_ROUNDS", "31"))
+
+
+def spread(ratios: list[float]) -> dict:
+    """Median, quartiles, extremes, and the distribution-free 95% interval of the median (the order
+    statistics n/2 -+ 0.98 sqrt(n)): the median's run-to-run wobble, from one run."""
+    xs = sorted(ratios)
+    n = len(xs)
+    k = max(0, int(n / 2 - 0.98 * n ** 0.5))
+    q = lambda f: xs[min(n - 1, int(f * n))]
+    return {"median": round(statistics.median(xs), 3), "p25": round(q(0.25), 3), "p75": round(q(0.75), 3),
+            "min": round(xs[0], 3), "max": round(xs[-1], 3), "median_95ci": [round(xs[k], 3), round(xs[n - 1 - k], 3)]}
 
 
 def tool_calls() -> dict:
@@ -252,10 +265,12 @@ def tool_calls() -> dict:
                                 "calls_per_second_50_concurrent": round(med([s["calls_per_second"] for _, s in rounds]))},
         "ratio_p50_per_round": [round(s["p50_ms"] / d["p50_ms"], 3) for d, s in rounds],
         "ratio_p50": round(med([s["p50_ms"] / d["p50_ms"] for d, s in rounds]), 3),
+        "ratio_spread": spread([s["p50_ms"] / d["p50_ms"] for d, s in rounds]),
         "steady": {"warmup_calls": STEADY_WARMUP, "calls": STEADY_CALLS,
                    "direct_rmcp_p50_ms": round(med([d for d, _ in steady]), 3),
                    "from_sandboxed_code_p50_ms": round(med([s for _, s in steady]), 3),
                    "ratio_p50": round(med([s / d for d, s in steady]), 3),
+                   "ratio_spread": spread([s / d for d, s in steady]),
                    "ratio_p50_per_round": [round(s / d, 3) for d, s in steady]},
         "bridge_round_trip_without_upstream_p50_ms": round(med([s["bridge_only_p50_ms"] for _, s in rounds]), 3),
         "pipe_round_trip_between_two_processes_p50_ms": pipe_round_trip(),

@@ -73,9 +73,13 @@ def latency(search: dict, pii: dict, ex: dict) -> list[str]:
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", f"p99s: warm execute_code {warm['p99_ms']} ms, tool call from code "
             f"{call['from_sandboxed_code']['p99_ms']} ms (direct {call['direct_rmcp']['p99_ms']} ms), search "
-            f"{search['p99_ms']} ms. Tool-call ratio per round, server warm: "
-            + ", ".join(str(r) for r in steady["ratio_p50_per_round"]) + "; just started: "
-            + ", ".join(str(r) for r in call["ratio_p50_per_round"]) + "."]
+            f"{search['p99_ms']} ms."]
+    for label, figures in (("server warm", steady), ("just started", call)):
+        sp = figures.get("ratio_spread")
+        if sp:
+            out += ["", f"Tool-call ratio over {call['rounds']} rounds, {label}: median {sp['median']} "
+                    f"(95% interval of the median {sp['median_95ci'][0]} to {sp['median_95ci'][1]}), "
+                    f"quartiles {sp['p25']} to {sp['p75']}, rounds {sp['min']} to {sp['max']}."]
     return out
 
 

@@ -80,6 +80,25 @@ async def test_fresh_sandboxes_are_forked_from_a_zygote(data_dir: Path):
         assert (await sandbox_stats(client))["fresh_sandbox"] == {"path": "zygote"}
 
 
+async def test_a_child_runs_with_every_layer_of_a_cold_sandbox(data_dir: Path):
+    code = ("status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "import os\nresult = {k: status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb',"
+            " 'NoNewPrivs', 'Seccomp')}\nresult['filters'] = int(status['Seccomp_filters'])\n"
+            "result['uid'] = os.getuid()\nresult['mounts'] = open('/proc/self/mounts').read()")
+    async with Client(stdio_params(data_dir)) as client:
+        r = (await run(client, code))["result"]
+    zero = "0000000000000000"
+    assert [r[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")] == [zero] * 5, r
+    assert r["NoNewPrivs"] == "1" and r["Seccomp"] == "2"
+    assert r["filters"] >= 6, r  # the zygote's, and the full set on top
+    assert r["uid"] != 0
+    mounts = [line.split() for line in r["mounts"].splitlines()]
+    # Its own /proc and private /tmp and /dev/shm are the last mounts on those paths: they cover the zygote's.
+    last = {m[1]: m for m in mounts}
+    assert last["/proc"][2] == "proc" and last["/tmp"][2] == "tmpfs" and last["/dev/shm"][2] == "tmpfs"
+    assert "ro" in last["/"][3].split(",") and "ro" in last["/proc/sys"][3].split(",")
+
+
 async def test_a_child_keeps_nothing_of_an_earlier_execution(data_dir: Path):
     a, b = secrets.token_hex(8).encode(), secrets.token_hex(8).encode()
     async with Client(stdio_params(data_dir)) as client:

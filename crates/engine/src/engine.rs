@@ -412,6 +412,7 @@ impl Engine {
                     .await;
                 // One execution per interpreter: never reused.
                 tokio::spawn(async move { interp.kill().await });
+                self.refill.notify_one();
                 match outcome {
                     Ok(msg) => ExecAnswer::from_runtime(&msg, cap),
                     Err(f) => ExecAnswer::failed(&f, timeout_s, memory_mb, false),
@@ -568,8 +569,8 @@ impl Engine {
             let mut pool = self.pool.lock().await;
             while let Some(mut interp) = pool.pop() {
                 if !interp.exited() {
-                    drop(pool);
-                    self.refill.notify_one();
+                    // The pool refills once this execution is done, not while it runs: a
+                    // refill's fork and set-up would take CPU from the execution.
                     return Ok(interp);
                 }
             }
@@ -634,9 +635,13 @@ impl Engine {
         }
         let exe = ready.launch.exe.clone();
         let shaped = spec.clone();
-        let started = tokio::task::spawn_blocking(move || Zygote::start(&exe, &shaped))
-            .await
-            .unwrap_or_else(|e| Err(format!("the zygote's start task failed: {e}")));
+        let started = match tokio::task::spawn_blocking(move || Zygote::start(&exe, &shaped)).await
+        {
+            Ok(started) => started,
+            // The runtime is shutting down: nothing to start, nothing to report.
+            Err(e) if e.is_cancelled() => return None,
+            Err(e) => Err(format!("the zygote's start task failed: {e}")),
+        };
         match started {
             Ok(z) => {
                 let z = Arc::new(z);

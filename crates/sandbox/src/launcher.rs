@@ -287,7 +287,7 @@ fn drop_capability_bounding_set() {
 /// so each child can empty its bounding set. Every other capability leaves
 /// the bounding set; the two are made ambient so they survive the execve of
 /// the interpreter (which runs as a non-zero uid).
-const ZYGOTE_CAPS: [u32; 2] = [CAP_SYS_ADMIN, CAP_SETPCAP];
+pub(crate) const ZYGOTE_CAPS: [u32; 2] = [CAP_SYS_ADMIN, CAP_SETPCAP];
 // From <linux/capability.h> (libc does not export them).
 const CAP_SETPCAP: u32 = 8;
 const CAP_SYS_ADMIN: u32 = 21;

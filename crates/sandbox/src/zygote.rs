@@ -67,6 +67,9 @@ pub struct ChildPlan {
     /// there): each child binds them again on top of its private /tmp, as
     /// the cold sandbox does.
     pub tmp_binds: Vec<PathBuf>,
+    /// The capabilities left in the zygote's bounding set, which each child
+    /// removes (with every capability it holds).
+    pub bounding: Vec<u32>,
 }
 
 /// One Landlock ruleset as raw masks for the kernel's ABI.
@@ -156,6 +159,7 @@ pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
         new_net: !spec.network && kernel < 6,
         landlock,
         seccomp,
+        bounding: crate::launcher::ZYGOTE_CAPS.to_vec(),
         tmp_binds: spec
             .ro_binds
             .iter()
@@ -351,7 +355,7 @@ impl Zygote {
             .map_err(|e| format!("dup control socket: {e}"))?;
         let shared = zygote.shared.clone();
         std::thread::Builder::new()
-            .name("cem-zygote".into())
+            .name("cem-zygote-io".into())
             .spawn(move || read_replies(ctl, &shared))
             .map_err(|e| format!("cannot start the zygote's reader: {e}"))?;
         Ok(zygote)
