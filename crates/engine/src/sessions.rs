@@ -296,3 +296,117 @@ impl Ended {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn open(
+        table: &SessionTable,
+        tenant: &str,
+        key: &str,
+        cap: usize,
+    ) -> Result<Opened, String> {
+        table.open(tenant, key, (cap, "quotas.sessions")).await
+    }
+
+    /// Marks a session as used now (as an execution would).
+    async fn touch(opened: &Opened) {
+        opened.session.lock().await.last_used = Instant::now();
+    }
+
+    #[tokio::test]
+    async fn the_server_cap_evicts_the_least_recently_used_idle_session() {
+        let table = SessionTable::new(2);
+        let a = open(&table, "t", "a", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = open(&table, "t", "b", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        touch(&a).await; // a is now more recent than b
+        let c = open(&table, "u", "c", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.evicted.len(), 1);
+        assert!(Arc::ptr_eq(&c.evicted[0], &b.session));
+        assert_eq!(table.count("t").await, 1);
+        let ended = table.ended("t", "b").await.map(|e| e.explain("b"));
+        assert!(ended.is_some_and(|m| m.contains("sandbox.max_sessions = 2")));
+        // Reopening b evicts a (the least recent now) and reports nothing for b itself.
+        let b2 = open(&table, "t", "b", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(b2.ended, Some(Ended::Evicted { .. })));
+        assert!(table.ended("t", "b").await.is_none());
+        assert!(table.ended("t", "a").await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_cap_evicts_only_that_tenants_sessions() {
+        let table = SessionTable::new(100);
+        let other = open(&table, "u", "x", 1)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = open(&table, "t", "a", 1)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let b = open(&table, "t", "b", 1)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.evicted.len(), 1);
+        assert!(Arc::ptr_eq(&b.evicted[0], &a.session));
+        assert!(!Arc::ptr_eq(&b.evicted[0], &other.session));
+        let why = table.ended("t", "a").await.map(|e| e.explain("a"));
+        assert!(why.is_some_and(|m| m.contains("quotas.sessions = 1")));
+        assert_eq!(table.count("u").await, 1);
+    }
+
+    #[tokio::test]
+    async fn a_busy_session_is_never_evicted() {
+        let table = SessionTable::new(1);
+        let busy = open(&table, "t", "busy", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _running = busy.session.lock().await;
+        let refused = open(&table, "t", "new", usize::MAX).await;
+        assert!(refused.is_err_and(
+            |e| e.contains("all are running code") && e.contains("sandbox.max_sessions = 1")
+        ));
+        assert_eq!(table.count("t").await, 1);
+    }
+
+    #[tokio::test]
+    async fn idle_sessions_expire_and_say_so() {
+        let table = SessionTable::new(10);
+        let _a = open(&table, "t", "a", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let _b = open(&table, "u", "b", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let gone = table.expire("t", Duration::from_millis(10)).await;
+        assert_eq!(gone.len(), 1);
+        assert_eq!((table.count("t").await, table.count("u").await), (0, 1));
+        let again = open(&table, "t", "a", usize::MAX)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(again.ended, Some(Ended::Idle { .. })));
+    }
+
+    #[tokio::test]
+    async fn the_list_of_ended_sessions_is_bounded() {
+        let table = SessionTable::new(1);
+        for i in 0..REMEMBERED + 10 {
+            open(&table, "t", &format!("s{i}"), usize::MAX)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let inner = table.inner.lock().await;
+        assert!(inner.ended.len() <= REMEMBERED);
+        assert!(inner.ended_order.len() <= REMEMBERED);
+    }
+}

@@ -580,3 +580,87 @@ fn drain(mut stderr: std::process::ChildStderr, shared: &Shared) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Bind;
+
+    fn spec(network: bool) -> Spec {
+        Spec {
+            program: "/usr/bin/python3".into(),
+            argv: vec!["/usr/bin/python3".into()],
+            env: Vec::new(),
+            ro_binds: vec![
+                Bind {
+                    source: "/usr".into(),
+                    target: "/usr".into(),
+                },
+                Bind {
+                    source: "/tmp/venv".into(),
+                    target: "/tmp/venv".into(),
+                },
+            ],
+            symlinks: Vec::new(),
+            workspace: Some("/srv/ws".into()),
+            workspace_target: "/workspace".into(),
+            cwd: "/workspace".into(),
+            limits: Limits::default(),
+            network,
+            cgroups: Vec::new(),
+            zygote: true,
+        }
+    }
+
+    #[test]
+    fn children_get_the_cold_sandboxs_filters_and_rules() {
+        let Ok(plan) = child_plan(&spec(false)) else {
+            panic!("the plan must build");
+        };
+        let Ok(cold) = seccomp::build(false) else {
+            panic!("the filters must build");
+        };
+        assert_eq!(plan.seccomp.len(), cold.len());
+        for (hex, program) in plan.seccomp.iter().zip(&cold) {
+            assert_eq!(
+                hex.len(),
+                program.len() * 16,
+                "8 bytes per instruction, as hex"
+            );
+        }
+        assert_eq!(plan.tmp_binds, vec![PathBuf::from("/tmp/venv")]);
+        assert_eq!(plan.bounding, crate::launcher::ZYGOTE_CAPS.to_vec());
+        if let Some(ll) = &plan.landlock {
+            // Every rule grants only rights the ruleset handles, or the kernel refuses it.
+            for (path, rights) in &ll.rules {
+                assert_eq!(rights & !ll.handled_fs, 0, "{}", path.display());
+            }
+            let writable: Vec<_> = ll
+                .rules
+                .iter()
+                .filter(|(_, r)| *r == ll.handled_fs)
+                .map(|(p, _)| p.clone())
+                .collect();
+            let expected: Vec<PathBuf> = ["/workspace", "/tmp", "/dev/shm"]
+                .iter()
+                .map(PathBuf::from)
+                .collect();
+            assert_eq!(writable, expected);
+            assert_ne!(
+                ll.handled_net, 0,
+                "no network: TCP bind and connect are handled"
+            );
+        }
+    }
+
+    #[test]
+    fn with_the_network_on_tcp_is_not_handled() {
+        let Ok(plan) = child_plan(&spec(true)) else {
+            panic!("the plan must build");
+        };
+        assert!(!plan.new_net);
+        if let Some(ll) = plan.landlock {
+            assert_eq!(ll.handled_net, 0);
+        }
+    }
+}
