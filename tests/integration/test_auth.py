@@ -381,8 +381,7 @@ async def test_workspace_and_session_quotas(limited: HttpServer):
         assert not second.is_error
         again = await c.call_tool("execute_code", {"code": "result = 3", "session_id": "one"})
         assert again.is_error and "quotas.sessions = 1" in again.structured_content["error"]
-        fresh = await c.call_tool("execute_code", {"code": "result = 3", "session_id": "one"})
-        assert fresh.structured_content["result"] == 3
+        # (The call after it starts "one" afresh: test_zygote.py; this tenant's executions_per_minute is spent.)
 
 
 def test_request_quota_is_429_with_retry_after(limited: HttpServer):

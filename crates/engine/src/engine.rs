@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cem_config::SandboxConfig;
@@ -98,6 +99,8 @@ enum ZygoteSlot {
 /// Zygotes that may die and be replaced before the engine gives up on them
 /// and starts every sandbox cold.
 const ZYGOTE_RESTARTS: u32 = 5;
+/// Forks in a row that may fail before the engine does the same.
+const FORK_FAILURES: u32 = 3;
 
 struct Ready {
     launch: Launch,
@@ -122,6 +125,7 @@ pub struct Engine {
     pool: Mutex<Vec<Interp>>,
     refill: Notify,
     zygote: Mutex<(ZygoteSlot, u32)>,
+    fork_failures: std::sync::atomic::AtomicU32,
     sessions: Arc<SessionTable>,
     executions: std::sync::atomic::AtomicU64,
     /// Bounds executions running at once: memory and CPU of the host are
@@ -139,6 +143,7 @@ impl Engine {
             pool: Mutex::new(Vec::new()),
             refill: Notify::new(),
             zygote: Mutex::new((ZygoteSlot::NotYet, 0)),
+            fork_failures: std::sync::atomic::AtomicU32::new(0),
             sessions: options
                 .sessions
                 .clone()
@@ -587,9 +592,21 @@ impl Engine {
         };
         if let Some(zygote) = self.zygote(ready, &mounts).await {
             match Interp::fork(&zygote, &ready.launch, memory_mb, PROCESSES).await {
-                Ok(interp) => return Ok(interp),
+                Ok(interp) => {
+                    self.fork_failures.store(0, Ordering::Relaxed);
+                    return Ok(interp);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not fork a fresh sandbox; starting this one cold");
+                    // A host where children cannot get their namespaces or cgroup fails
+                    // every time: stop trying, and say why.
+                    if self.fork_failures.fetch_add(1, Ordering::Relaxed) + 1 >= FORK_FAILURES {
+                        let why = format!(
+                            "forking a sandbox failed {FORK_FAILURES} times in a row ({e}); every sandbox now starts cold"
+                        );
+                        tracing::error!("{why}");
+                        self.zygote.lock().await.0 = ZygoteSlot::Off(why);
+                    }
                 }
             }
         }
