@@ -7,6 +7,11 @@
 //! `unshare(CLONE_NEWUSER)` refuses a multi-threaded process, and the server
 //! is a multi-threaded tokio program.
 //!
+//! Building all of that for every execution costs tens of milliseconds of
+//! CPU, so a host may instead start one [`Zygote`] (the same sandbox, running
+//! a prepared interpreter) and fork each execution's child from it; see
+//! [`zygote`] for what each child gets and why it is as isolated.
+//!
 //! Layers, outermost first (each reported by [`probe`]):
 //! - a cgroup for memory and pids when the host lets us make one;
 //! - when the host runs us as root, the launcher first becomes an
