@@ -28,7 +28,11 @@ import struct
 import sys
 import traceback
 
-_PLAN = json.loads(os.environ.pop("CEM_ZYGOTE_PLAN"))
+# The host's first message on fd 0: what each child applies to itself.
+_CTL = socket.socket(fileno=0)
+_PLAN = json.loads(_CTL.recv(1 << 20))
+# Children forked and not yet reaped: zygote pid -> request id (emptied in each child).
+_CHILDREN = {}
 
 # <sched.h>, <sys/mount.h>, <sys/prctl.h>, <linux/seccomp.h>, <linux/landlock.h>: the same on every
 # architecture Linux runs Python on (the Landlock syscalls have one number everywhere).
@@ -174,6 +178,7 @@ def _seccomp():
 def _child(request, fds, ctl):
     """Runs in the forked child (pid 1 of its own pid namespace); never returns."""
     code = SETUP_FAILED
+    _CHILDREN.clear()  # nothing of its siblings
     try:
         stdin_r, stdout_w, stderr_w, hello = fds
         os.dup2(stderr_w, 2)  # set-up errors reach the host
@@ -197,12 +202,15 @@ def _child(request, fds, ctl):
         _drop_capabilities()
         _landlock()
         _seccomp()
+        code = 1  # set up: from here on a failure is the program's, as in a cold sandbox
         sys.argv = [runtime.__file__]
         sys.modules["__main__"] = runtime
         runtime._warm()
         runtime._attach()
         runtime.main()
         code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the zygote
         traceback.print_exc()
     finally:
@@ -218,7 +226,10 @@ def _fork(request, fds, ctl, own_pid_ns):
     try:
         pid = os.fork()
         if pid == 0:
-            _child(request, fds, ctl)
+            try:
+                _child(request, fds, ctl)
+            finally:
+                os._exit(SETUP_FAILED)
     finally:
         # Our own later children (and we) stay in our pid namespace.
         _check(_libc.setns(own_pid_ns, CLONE_NEWPID), "setns(pid)")
@@ -251,12 +262,11 @@ def _set_name(name):
 
 def main():
     _set_name(b"cem-zygote")
-    ctl = socket.socket(fileno=0)
+    ctl = _CTL
     own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children = {}
     _send(ctl, {"type": "ready"})
     while True:
         readable, _, _ = select.select([ctl, wake_r], [], [])
@@ -267,7 +277,7 @@ def main():
                         break
                 except BlockingIOError:
                     break
-        _reap(ctl, children)
+        _reap(ctl, _CHILDREN)
         if ctl not in readable:
             continue
         message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
@@ -278,13 +288,15 @@ def main():
             request = json.loads(message)
             if len(fds) != 4:
                 raise ValueError(f"expected 4 descriptors, got {len(fds)}")
-            children[_fork(request, fds, ctl, own_pid_ns)] = request["id"]
-            _send(ctl, {"type": "forked", "id": request["id"]})
+            _CHILDREN[_fork(request, fds, ctl, own_pid_ns)] = request["id"]
+            reply = {"type": "forked", "id": request["id"]}
         except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
-            _send(ctl, {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None, "error": str(e)})
-        finally:
-            for fd in fds:
-                os.close(fd)
+            reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None, "error": str(e)}
+        # Our copies go before the answer: once the host has it, the child holds the only hello socket,
+        # so the host can tell from it whether the child (and so its pid) is still there.
+        for fd in fds:
+            os.close(fd)
+        _send(ctl, reply)
 
 
 main()

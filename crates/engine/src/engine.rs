@@ -92,9 +92,16 @@ pub struct ExecRequest {
 /// (with the reason, reported by status and doctor).
 enum ZygoteSlot {
     NotYet,
-    Running(Arc<Zygote>, Box<cem_sandbox::Spec>),
-    Off(String),
+    /// With when it started (a zygote that lived long does not count as a
+    /// failing one when it dies).
+    Running(Arc<Zygote>, Box<cem_sandbox::Spec>, Instant),
+    /// Off, and when to try again.
+    Off(String, Instant),
 }
+
+/// How long sandboxes start cold after the zygote failed, before the engine
+/// tries a zygote again.
+const ZYGOTE_RETRY: Duration = Duration::from_secs(60);
 
 /// Zygotes that may die and be replaced before the engine gives up on them
 /// and starts every sandbox cold.
@@ -511,6 +518,7 @@ impl Engine {
                 }
             });
         }
+        let _lease = opened.lease;
         let mut session = opened.session.lock().await;
         session.last_used = Instant::now();
         let mut note = None;
@@ -599,13 +607,19 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(error = %e, "could not fork a fresh sandbox; starting this one cold");
                     // A host where children cannot get their namespaces or cgroup fails
-                    // every time: stop trying, and say why.
-                    if self.fork_failures.fetch_add(1, Ordering::Relaxed) + 1 >= FORK_FAILURES {
+                    // every time: stop trying for a while, and say why. (A child that
+                    // fails with less memory than the default may just be too small.)
+                    if memory_mb >= self.options.sandbox.memory_mb
+                        && self.fork_failures.fetch_add(1, Ordering::Relaxed) + 1 >= FORK_FAILURES
+                    {
+                        self.fork_failures.store(0, Ordering::Relaxed);
                         let why = format!(
-                            "forking a sandbox failed {FORK_FAILURES} times in a row ({e}); every sandbox now starts cold"
+                            "forking a sandbox failed {FORK_FAILURES} times in a row ({e}); sandboxes start cold for {} s",
+                            ZYGOTE_RETRY.as_secs()
                         );
                         tracing::error!("{why}");
-                        self.zygote.lock().await.0 = ZygoteSlot::Off(why);
+                        self.zygote.lock().await.0 =
+                            ZygoteSlot::Off(why, Instant::now() + ZYGOTE_RETRY);
                     }
                 }
             }
@@ -625,29 +639,34 @@ impl Engine {
             crate::process::zygote_spec(&ready.launch, mounts, self.options.sandbox.max_memory_mb);
         let mut slot = self.zygote.lock().await;
         let died = match &slot.0 {
-            ZygoteSlot::Off(_) => return None,
-            ZygoteSlot::Running(z, shaped) if z.alive() && **shaped == spec => {
+            ZygoteSlot::Off(_, retry) if Instant::now() < *retry => return None,
+            ZygoteSlot::Running(z, shaped, _) if z.alive() && **shaped == spec => {
                 return Some(z.clone());
             }
-            ZygoteSlot::Running(z, _) if !z.alive() => {
+            ZygoteSlot::Running(z, _, started) if !z.alive() => {
                 tracing::warn!(
                     stderr = %z.stderr_tail(),
                     "the zygote stopped; starting another"
                 );
-                true
+                // Only deaths in quick succession add up.
+                Some(started.elapsed() < ZYGOTE_RETRY)
             }
-            _ => false,
+            _ => None,
         };
-        if died {
-            slot.1 += 1;
+        match died {
+            Some(true) => slot.1 += 1,
+            Some(false) => slot.1 = 1,
+            None => {}
         }
         if slot.1 > ZYGOTE_RESTARTS {
+            slot.1 = 0;
             let why = format!(
-                "the zygote stopped {} times; every sandbox now starts cold",
-                slot.1
+                "the zygote stopped {} times in a row; sandboxes start cold for {} s",
+                ZYGOTE_RESTARTS + 1,
+                ZYGOTE_RETRY.as_secs()
             );
             tracing::error!("{why}");
-            slot.0 = ZygoteSlot::Off(why);
+            slot.0 = ZygoteSlot::Off(why, Instant::now() + ZYGOTE_RETRY);
             return None;
         }
         let exe = ready.launch.exe.clone();
@@ -662,12 +681,16 @@ impl Engine {
         match started {
             Ok(z) => {
                 let z = Arc::new(z);
-                slot.0 = ZygoteSlot::Running(z.clone(), Box::new(spec));
+                slot.0 = ZygoteSlot::Running(z.clone(), Box::new(spec), Instant::now());
                 Some(z)
             }
             Err(e) => {
-                tracing::error!(error = %e, "no zygote: every sandbox starts cold");
-                slot.0 = ZygoteSlot::Off(e);
+                let why = format!(
+                    "the zygote could not start ({e}); sandboxes start cold for {} s",
+                    ZYGOTE_RETRY.as_secs()
+                );
+                tracing::error!("{why}");
+                slot.0 = ZygoteSlot::Off(why, Instant::now() + ZYGOTE_RETRY);
                 None
             }
         }
@@ -679,8 +702,10 @@ impl Engine {
             return json!({"path": "cold", "reason": why});
         }
         match &self.zygote.lock().await.0 {
-            ZygoteSlot::Running(z, _) if z.alive() => json!({"path": "zygote"}),
-            ZygoteSlot::Off(why) => json!({"path": "cold", "reason": why}),
+            ZygoteSlot::Running(z, _, _) if z.alive() => json!({"path": "zygote"}),
+            ZygoteSlot::Off(why, retry) if Instant::now() < *retry => {
+                json!({"path": "cold", "reason": why})
+            }
             _ => json!({"path": "zygote", "state": "not started yet"}),
         }
     }

@@ -180,10 +180,13 @@ enum Proc {
 }
 
 impl Proc {
-    fn id(&self) -> Option<u32> {
+    /// How a watchdog stops this process: the launcher by pid (our own
+    /// child, so its pid is not reused before we reap it), a forked child
+    /// through its pidfd (the zygote reaps it, so its pid may be).
+    fn stopper(&self) -> Option<Stopper> {
         match self {
-            Proc::Spawned(c) => c.id(),
-            Proc::Forked { child, .. } => Some(child.pid),
+            Proc::Spawned(c) => c.id().map(Stopper::Pid),
+            Proc::Forked { child, .. } => Some(Stopper::Forked(child.killer())),
         }
     }
 
@@ -483,8 +486,8 @@ impl Interp {
             tripped: Mutex::new(None),
         });
         let watchdog = child
-            .id()
-            .map(|pid| tokio::spawn(disk_watchdog(watch.clone(), launch.workspace.clone(), pid)));
+            .stopper()
+            .map(|stop| tokio::spawn(disk_watchdog(watch.clone(), launch.workspace.clone(), stop)));
         let mut interp = Interp {
             child,
             watch,
@@ -882,7 +885,13 @@ fn split_tool(name: &str) -> (&str, &str) {
 
 /// Kills the interpreter (by its launcher's pid) when, since the last call
 /// began, it used more disk or inodes than allowed, or nearly filled either.
-async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, pid: u32) {
+/// What the disk watchdog kills.
+enum Stopper {
+    Pid(u32),
+    Forked(cem_sandbox::zygote::Killer),
+}
+
+async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // No baseline yet: an idle (pooled) interpreter runs no code to watch.
@@ -904,7 +913,10 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, pid: u32) {
                 files,
                 "an execution exceeded its disk quota; stopping it"
             );
-            cem_sandbox::kill(pid);
+            match &stop {
+                Stopper::Pid(pid) => cem_sandbox::kill(*pid),
+                Stopper::Forked(killer) => killer.kill(),
+            }
             return;
         }
     }

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -38,12 +39,31 @@ pub(crate) enum Ended {
     Idle { seconds: u64 },
 }
 
+/// A live session and how many calls hold it (one in use is never evicted,
+/// even before its call has locked it).
+struct Live {
+    session: Arc<Mutex<Session>>,
+    users: Arc<AtomicUsize>,
+}
+
 #[derive(Default)]
 struct Inner {
-    live: HashMap<Key, Arc<Mutex<Session>>>,
-    ended: HashMap<Key, Ended>,
-    /// Order the ended keys were recorded in, to forget the oldest.
-    ended_order: VecDeque<Key>,
+    live: HashMap<Key, Live>,
+    /// Why a session ended, with the number of that record.
+    ended: HashMap<Key, (u64, Ended)>,
+    /// Records in the order they were made, to forget the oldest; a record
+    /// replaced or reported since is skipped by its number.
+    ended_order: VecDeque<(Key, u64)>,
+    records: u64,
+}
+
+/// A call's hold on a session: while it lives, the session is not evicted.
+pub(crate) struct Lease(Arc<AtomicUsize>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AtomicOrdering::SeqCst);
+    }
 }
 
 /// Every interpreter session of a server.
@@ -64,6 +84,8 @@ impl std::fmt::Debug for SessionTable {
 /// What [`SessionTable::open`] found or made.
 pub(crate) struct Opened {
     pub session: Arc<Mutex<Session>>,
+    /// Keep for the whole call.
+    pub lease: Lease,
     /// The session's previous life ended (it is new again): why.
     pub ended: Option<Ended>,
     /// Interpreters of sessions evicted to make room: the caller kills them
@@ -92,9 +114,10 @@ impl SessionTable {
     ) -> Result<Opened, String> {
         let mut inner = self.inner.lock().await;
         let k = (tenant.to_string(), key.to_string());
-        if let Some(session) = inner.live.get(&k) {
+        if let Some(live) = inner.live.get(&k) {
             return Ok(Opened {
-                session: session.clone(),
+                session: live.session.clone(),
+                lease: lease(&live.users),
                 ended: None,
                 evicted: Vec::new(),
             });
@@ -109,7 +132,7 @@ impl SessionTable {
                      ({config_key} = {cap}); wait for one to finish, or run without session_id"
                 )
             })?;
-            evicted.push(evict(&mut inner, victim, cap, config_key));
+            evicted.extend(evict(&mut inner, victim, cap, config_key));
         }
         if inner.live.len() >= self.cap {
             let victim = least_recent(&inner, None).ok_or_else(|| {
@@ -120,17 +143,26 @@ impl SessionTable {
                     self.cap
                 )
             })?;
-            evicted.push(evict(&mut inner, victim, self.cap, "sandbox.max_sessions"));
+            evicted.extend(evict(&mut inner, victim, self.cap, "sandbox.max_sessions"));
         }
-        let ended = inner.ended.remove(&k);
+        let ended = inner.ended.remove(&k).map(|(_, why)| why);
         let session = Arc::new(Mutex::new(Session {
             interp: None,
             last_used: Instant::now(),
             interrupted: false,
         }));
-        inner.live.insert(k, session.clone());
+        let users = Arc::new(AtomicUsize::new(0));
+        let lease = lease(&users);
+        inner.live.insert(
+            k,
+            Live {
+                session: session.clone(),
+                users,
+            },
+        );
         Ok(Opened {
             session,
+            lease,
             ended,
             evicted,
         })
@@ -142,7 +174,7 @@ impl SessionTable {
         inner
             .ended
             .get(&(tenant.to_string(), key.to_string()))
-            .cloned()
+            .map(|(_, why)| why.clone())
     }
 
     /// Forgets why `tenant`'s session `key` ended (it was reported).
@@ -158,14 +190,12 @@ impl SessionTable {
         let expired: Vec<Key> = inner
             .live
             .iter()
-            .filter(|((t, _), s)| {
-                t == tenant && s.try_lock().is_ok_and(|s| s.last_used.elapsed() > idle)
-            })
+            .filter(|((t, _), l)| t == tenant && idle_since(l).is_some_and(|u| u.elapsed() > idle))
             .map(|(k, _)| k.clone())
             .collect();
         let mut out = Vec::new();
         for k in expired {
-            if let Some(s) = inner.live.remove(&k) {
+            if let Some(Live { session: s, .. }) = inner.live.remove(&k) {
                 tracing::info!(session = %k.1, "session idle too long; ended");
                 remember(
                     &mut inner,
@@ -189,7 +219,10 @@ impl SessionTable {
             .filter(|(t, _)| t == tenant)
             .cloned()
             .collect();
-        keys.iter().filter_map(|k| inner.live.remove(k)).collect()
+        keys.iter()
+            .filter_map(|k| inner.live.remove(k))
+            .map(|l| l.session)
+            .collect()
     }
 
     /// How many sessions `tenant` holds.
@@ -208,7 +241,7 @@ impl SessionTable {
                 .live
                 .iter()
                 .filter(|((t, _), _)| t == tenant)
-                .map(|((_, k), s)| (k.clone(), s.clone()))
+                .map(|((_, k), l)| (k.clone(), l.session.clone()))
                 .collect()
         };
         let mut out: Vec<Value> = sessions
@@ -238,20 +271,38 @@ impl SessionTable {
     }
 }
 
+fn lease(users: &Arc<AtomicUsize>) -> Lease {
+    users.fetch_add(1, AtomicOrdering::SeqCst);
+    Lease(users.clone())
+}
+
+/// When a session was last used, if no call holds it now.
+fn idle_since(live: &Live) -> Option<Instant> {
+    if live.users.load(AtomicOrdering::SeqCst) > 0 {
+        return None;
+    }
+    live.session.try_lock().ok().map(|s| s.last_used)
+}
+
 /// The least recently used idle session (of `tenant`, or of anyone).
 fn least_recent(inner: &Inner, tenant: Option<&str>) -> Option<Key> {
     inner
         .live
         .iter()
         .filter(|((t, _), _)| tenant.is_none_or(|tenant| t == tenant))
-        .filter_map(|(k, s)| s.try_lock().ok().map(|s| (s.last_used, k)))
+        .filter_map(|(k, l)| idle_since(l).map(|used| (used, k)))
         .min_by_key(|(used, _)| *used)
         .map(|(_, k)| k.clone())
 }
 
-fn evict(inner: &mut Inner, victim: Key, cap: usize, config_key: &str) -> Arc<Mutex<Session>> {
+fn evict(
+    inner: &mut Inner,
+    victim: Key,
+    cap: usize,
+    config_key: &str,
+) -> Option<Arc<Mutex<Session>>> {
     tracing::info!(session = %victim.1, cap, config_key, "session evicted to make room");
-    let session = inner.live.remove(&victim);
+    let live = inner.live.remove(&victim)?;
     remember(
         inner,
         victim,
@@ -260,21 +311,18 @@ fn evict(inner: &mut Inner, victim: Key, cap: usize, config_key: &str) -> Arc<Mu
             config_key: config_key.to_string(),
         },
     );
-    session.unwrap_or_else(|| {
-        Arc::new(Mutex::new(Session {
-            interp: None,
-            last_used: Instant::now(),
-            interrupted: false,
-        }))
-    })
+    Some(live.session)
 }
 
 fn remember(inner: &mut Inner, key: Key, why: Ended) {
-    if inner.ended.insert(key.clone(), why).is_none() {
-        inner.ended_order.push_back(key);
-    }
+    inner.records += 1;
+    let number = inner.records;
+    inner.ended.insert(key.clone(), (number, why));
+    inner.ended_order.push_back((key, number));
     while inner.ended_order.len() > REMEMBERED {
-        if let Some(old) = inner.ended_order.pop_front() {
+        if let Some((old, n)) = inner.ended_order.pop_front()
+            && inner.ended.get(&old).is_some_and(|(m, _)| *m == n)
+        {
             inner.ended.remove(&old);
         }
     }
@@ -310,35 +358,34 @@ mod tests {
         table.open(tenant, key, (cap, "quotas.sessions")).await
     }
 
-    /// Marks a session as used now (as an execution would).
-    async fn touch(opened: &Opened) {
+    /// Opens a session as a call would, and ends the call (its lease goes).
+    async fn used(table: &SessionTable, tenant: &str, key: &str, cap: usize) -> Opened {
+        let mut opened = open(table, tenant, key, cap)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
         opened.session.lock().await.last_used = Instant::now();
+        let users = Arc::new(AtomicUsize::new(1));
+        // Swap in a lease of nothing: the session's own is released.
+        opened.lease = Lease(users);
+        opened
     }
 
     #[tokio::test]
     async fn the_server_cap_evicts_the_least_recently_used_idle_session() {
         let table = SessionTable::new(2);
-        let a = open(&table, "t", "a", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let a = used(&table, "t", "a", usize::MAX).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let b = open(&table, "t", "b", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let b = used(&table, "t", "b", usize::MAX).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
-        touch(&a).await; // a is now more recent than b
-        let c = open(&table, "u", "c", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        a.session.lock().await.last_used = Instant::now(); // a is now more recent than b
+        let c = used(&table, "u", "c", usize::MAX).await;
         assert_eq!(c.evicted.len(), 1);
         assert!(Arc::ptr_eq(&c.evicted[0], &b.session));
         assert_eq!(table.count("t").await, 1);
         let ended = table.ended("t", "b").await.map(|e| e.explain("b"));
         assert!(ended.is_some_and(|m| m.contains("sandbox.max_sessions = 2")));
         // Reopening b evicts a (the least recent now) and reports nothing for b itself.
-        let b2 = open(&table, "t", "b", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let b2 = used(&table, "t", "b", usize::MAX).await;
         assert!(matches!(b2.ended, Some(Ended::Evicted { .. })));
         assert!(table.ended("t", "b").await.is_none());
         assert!(table.ended("t", "a").await.is_some());
@@ -347,15 +394,9 @@ mod tests {
     #[tokio::test]
     async fn a_tenant_cap_evicts_only_that_tenants_sessions() {
         let table = SessionTable::new(100);
-        let other = open(&table, "u", "x", 1)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let a = open(&table, "t", "a", 1)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let b = open(&table, "t", "b", 1)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let other = used(&table, "u", "x", 1).await;
+        let a = used(&table, "t", "a", 1).await;
+        let b = used(&table, "t", "b", 1).await;
         assert_eq!(b.evicted.len(), 1);
         assert!(Arc::ptr_eq(&b.evicted[0], &a.session));
         assert!(!Arc::ptr_eq(&b.evicted[0], &other.session));
@@ -365,11 +406,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_session_held_by_a_call_is_not_evicted_before_it_locks_it() {
+        let table = SessionTable::new(1);
+        let held = open(&table, "t", "held", usize::MAX).await;
+        assert!(held.is_ok());
+        let refused = open(&table, "t", "new", usize::MAX).await;
+        assert!(refused.is_err_and(|e| e.contains("all are running code")));
+        drop(held);
+        assert!(open(&table, "t", "new", usize::MAX).await.is_ok());
+    }
+
+    #[tokio::test]
     async fn a_busy_session_is_never_evicted() {
         let table = SessionTable::new(1);
-        let busy = open(&table, "t", "busy", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let busy = used(&table, "t", "busy", usize::MAX).await;
         let _running = busy.session.lock().await;
         let refused = open(&table, "t", "new", usize::MAX).await;
         assert!(refused.is_err_and(
@@ -379,21 +429,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_reported_and_ended_again_session_keeps_its_newest_record() {
+        let table = SessionTable::new(1);
+        used(&table, "t", "a", usize::MAX).await;
+        used(&table, "t", "b", usize::MAX).await; // evicts a
+        used(&table, "t", "a", usize::MAX).await; // a reopened (its record reported), evicts b
+        used(&table, "t", "b", usize::MAX).await; // evicts a again
+        for i in 0..REMEMBERED - 2 {
+            used(&table, "u", &format!("s{i}"), usize::MAX).await;
+        }
+        // a's first record has left the list; its newer one must not have gone with it.
+        assert!(table.ended("t", "a").await.is_some());
+    }
+
+    #[tokio::test]
     async fn idle_sessions_expire_and_say_so() {
         let table = SessionTable::new(10);
-        let _a = open(&table, "t", "a", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let _b = open(&table, "u", "b", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        used(&table, "t", "a", usize::MAX).await;
+        used(&table, "u", "b", usize::MAX).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
         let gone = table.expire("t", Duration::from_millis(10)).await;
         assert_eq!(gone.len(), 1);
         assert_eq!((table.count("t").await, table.count("u").await), (0, 1));
-        let again = open(&table, "t", "a", usize::MAX)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let again = used(&table, "t", "a", usize::MAX).await;
         assert!(matches!(again.ended, Some(Ended::Idle { .. })));
     }
 
@@ -401,9 +459,7 @@ mod tests {
     async fn the_list_of_ended_sessions_is_bounded() {
         let table = SessionTable::new(1);
         for i in 0..REMEMBERED + 10 {
-            open(&table, "t", &format!("s{i}"), usize::MAX)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            used(&table, "t", &format!("s{i}"), usize::MAX).await;
         }
         let inner = table.inner.lock().await;
         assert!(inner.ended.len() <= REMEMBERED);

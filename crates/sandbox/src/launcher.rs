@@ -186,7 +186,11 @@ fn prepare_and_exec(spec: &Spec, cgroup_joined: bool) -> Result<Never, SandboxEr
     let l = &spec.limits;
     let mb = 1024 * 1024;
     setrlimit(Resource::RLIMIT_AS, l.memory_mb * mb, l.memory_mb * mb).step("RLIMIT_AS")?;
-    setrlimit(Resource::RLIMIT_CPU, l.cpu_seconds, l.cpu_seconds + 1).step("RLIMIT_CPU")?;
+    if !spec.zygote {
+        // (A zygote's own CPU time grows with every fork for as long as the
+        // server runs: each child sets its own limit instead.)
+        setrlimit(Resource::RLIMIT_CPU, l.cpu_seconds, l.cpu_seconds + 1).step("RLIMIT_CPU")?;
+    }
     setrlimit(
         Resource::RLIMIT_FSIZE,
         l.file_size_mb * mb,

@@ -45,8 +45,6 @@ use serde_json::{Value, json};
 
 use crate::{Limits, SandboxError, Spec, seccomp};
 
-/// The environment variable that hands the zygote its [`ChildPlan`].
-pub const PLAN_ENV: &str = "CEM_ZYGOTE_PLAN";
 /// How long a fork may take before it is given up.
 const FORK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Diagnostics of the zygote kept for error reports.
@@ -217,7 +215,7 @@ pub struct Zygote {
 /// whole pid namespace).
 pub struct Forked {
     pub pid: u32,
-    pidfd: OwnedFd,
+    pidfd: Arc<OwnedFd>,
     pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
@@ -226,19 +224,36 @@ pub struct Forked {
     pub exit: Option<tokio::sync::oneshot::Receiver<i32>>,
 }
 
-impl Forked {
-    /// Sends SIGKILL (through the pidfd: never to a reused pid).
+/// Kills one forked child through its pidfd (so never a reused pid); may
+/// outlive the [`Forked`] it came from.
+#[derive(Clone)]
+pub struct Killer(Arc<OwnedFd>);
+
+impl Killer {
+    /// Sends SIGKILL to the child (and so its whole pid namespace).
     pub fn kill(&self) {
         // SAFETY: pidfd_send_signal with a valid pidfd and no siginfo.
         unsafe {
             libc::syscall(
                 libc::SYS_pidfd_send_signal,
-                self.pidfd.as_raw_fd(),
+                self.0.as_raw_fd(),
                 libc::SIGKILL,
                 std::ptr::null::<u8>(),
                 0u32,
             )
         };
+    }
+}
+
+impl Forked {
+    /// Sends SIGKILL (through the pidfd: never to a reused pid).
+    pub fn kill(&self) {
+        self.killer().kill();
+    }
+
+    /// A handle that kills this child, for watchdogs.
+    pub fn killer(&self) -> Killer {
+        Killer(self.pidfd.clone())
     }
 
     /// Whether the child has ended (its pidfd is readable).
@@ -287,9 +302,60 @@ fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), String> {
 
 /// Waits until `fd` is readable, up to `timeout`; false on timeout.
 fn readable(fd: &OwnedFd, timeout: Duration) -> bool {
-    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) => return n > 0,
+            // A signal for this thread is not the end of the wait.
+            Err(nix::errno::Errno::EINTR) if !left.is_zero() => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Whether the peer of a socket is gone (hang-up), without waiting.
+fn hung_up(fd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+}
+
+/// What a failed child said on stderr, without waiting for more.
+fn said(stderr: OwnedFd) -> String {
+    let _ = nix::fcntl::fcntl(
+        &stderr,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let mut text = String::new();
+    let _ = std::fs::File::from(stderr).read_to_string(&mut text);
+    text.lines().last().unwrap_or("").to_string()
+}
+
+/// A fork request's entries in the shared maps, removed on every early
+/// return (kept once the child is released: the zygote's exit report and
+/// reply remove them).
+struct Registration<'a> {
+    shared: &'a Shared,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Ok(mut p) = self.shared.pending.lock() {
+                p.remove(&self.id);
+            }
+            if let Ok(mut e) = self.shared.exits.lock() {
+                e.remove(&self.id);
+            }
+        }
+    }
 }
 
 /// One message of a seqpacket socket (empty at end of stream).
@@ -312,11 +378,22 @@ impl Zygote {
     /// `exe` re-executed as the launcher, and waits until it is ready.
     pub fn start(exe: &Path, spec: &Spec) -> Result<Zygote, String> {
         let plan = child_plan(spec).map_err(|e| e.to_string())?;
+        let plan = serde_json::to_vec(&plan).map_err(|e| e.to_string())?;
         let mut spec = spec.clone();
         spec.zygote = true;
-        let plan = serde_json::to_string(&plan).map_err(|e| e.to_string())?;
-        spec.env.push((PLAN_ENV.into(), plan));
         let (host, inside) = seqpacket_pair()?;
+        // The plan is the first message (not the environment, which every
+        // child could read back from /proc/self/environ).
+        sys(
+            "send the zygote its plan",
+            sendmsg::<()>(
+                host.as_raw_fd(),
+                &[IoSlice::new(&plan)],
+                &[],
+                MsgFlags::empty(),
+                None,
+            ),
+        )?;
         let mut cmd = crate::command(exe, &spec).map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::from(inside))
             .stdout(Stdio::null())
@@ -413,6 +490,11 @@ impl Zygote {
         if let Ok(mut e) = self.shared.exits.lock() {
             e.insert(id, exit_tx);
         }
+        let mut registration = Registration {
+            shared: &self.shared,
+            id,
+            armed: true,
+        };
         let request = json!({"type": "fork", "id": id, "limits": limits}).to_string();
         let fds = [
             stdin_r.as_raw_fd(),
@@ -431,24 +513,12 @@ impl Zygote {
         }
         // The child's ends live in the zygote and the child now.
         drop((stdin_r, stdout_w, stderr_w, hello_child));
-        let forgotten = |shared: &Shared| {
-            if let Ok(mut e) = shared.exits.lock() {
-                e.remove(&id);
-            }
-        };
         let reply = match reply_rx.recv_timeout(FORK_TIMEOUT) {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) => {
-                forgotten(&self.shared);
-                return Err(e);
-            }
-            Err(_) => {
-                forgotten(&self.shared);
-                return Err(self.failed("did not answer a fork"));
-            }
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(self.failed("did not answer a fork")),
         };
         if let Some(e) = reply.get("error").and_then(Value::as_str) {
-            forgotten(&self.shared);
             return Err(format!("the zygote could not fork: {e}"));
         }
         // The child says hello once its namespaces and mounts are made;
@@ -456,22 +526,29 @@ impl Zygote {
         let pid = match self.hello_pid(&hello) {
             Ok(pid) => pid,
             Err(e) => {
-                let mut said = String::new();
-                let mut stderr = std::fs::File::from(stderr_r);
-                // The child has ended (its write end is closed): no block.
-                let _ = stderr.read_to_string(&mut said);
-                let last = said.lines().last().unwrap_or("").to_string();
-                return Err(format!("a forked sandbox did not start: {e} {last}"));
+                // Closing our end first: a child waiting for its go-ahead
+                // then ends, and its stderr with it.
+                drop(hello);
+                return Err(format!(
+                    "a forked sandbox did not start: {e} {}",
+                    said(stderr_r)
+                ));
             }
         };
-        // SAFETY: pidfd_open returns a new descriptor or -1. The child is
-        // alive (it waits for our go-ahead), so the pid is not reused.
+        // SAFETY: pidfd_open returns a new descriptor or -1.
         let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0u32) };
         if raw < 0 {
             return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
         }
         // SAFETY: a descriptor the call just returned, owned by nobody else.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        let pidfd = Arc::new(unsafe { OwnedFd::from_raw_fd(raw as RawFd) });
+        // The zygote closed its copy of the hello socket before it answered,
+        // so the child holds the only one: while it is open, the child (which
+        // waits for our go-ahead) is alive and the pid behind the pidfd is
+        // its own, not a reused one.
+        if hung_up(&hello) {
+            return Err("a forked sandbox ended before it was released".into());
+        }
         let forked = Forked {
             pid,
             pidfd,
@@ -489,6 +566,7 @@ impl Zygote {
             "release the forked sandbox",
             sendmsg::<()>(hello.as_raw_fd(), &iov, &[], MsgFlags::empty(), None),
         )?;
+        registration.armed = false;
         Ok(forked)
     }
 
