@@ -149,6 +149,7 @@ result = {
     'ptrace_me': err(libc.ptrace(PTRACE_TRACEME, 0, None, None)),
     'ptrace_parent': err(libc.ptrace(PTRACE_ATTACH, os.getppid(), None, None)),
     'shm': [l.split()[1] for l in open('/proc/sysvipc/shm').read().splitlines()[1:]],
+    'listed': name in open('/proc/net/unix').read(),
 }
 """
 
@@ -171,6 +172,7 @@ async def test_a_child_cannot_see_signal_trace_or_reach_a_sibling(data_dir: Path
         assert r["tmp"] == []
         assert r["ptrace_me"] == 1 and r["ptrace_parent"] == 1, r  # EPERM: seccomp
         assert r["shm"] == [], r  # its own IPC namespace: the sibling's System V segment is not there
+        assert r["listed"] is False, r  # its own network namespace: the sibling's socket is not even listed
         # The sibling survived all of it, with its state.
         alive = await run(client, "import os\nsecret += 1\nresult = [secret, os.listdir('/tmp'), listener.fileno() > 0]",
                           session_id="sibling")

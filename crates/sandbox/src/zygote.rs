@@ -151,10 +151,10 @@ pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
         })
         .collect();
     Ok(ChildPlan {
-        // Abstract unix sockets live in the network namespace; Landlock's
-        // scope (ABI 6) keeps each child to its own, else each child gets
-        // its own namespace.
-        new_net: !spec.network && kernel < 6,
+        // Unix sockets (abstract names, and what /proc/net/unix lists) live
+        // in the network namespace: a child shares one with its siblings
+        // only when the sandbox shares the host's anyway (network on).
+        new_net: !spec.network,
         landlock,
         seccomp,
         bounding: crate::launcher::ZYGOTE_CAPS.to_vec(),
