@@ -722,14 +722,11 @@ async fn drain_stderr(mut stderr: Reader, tail: Arc<Mutex<String>>) {
             Ok(0) | Err(_) => return,
             Ok(n) => {
                 if let Ok(mut t) = tail.lock() {
-                    t.push_str(&String::from_utf8_lossy(&buf[..n]));
-                    if t.len() > STDERR_TAIL * 2 {
-                        let cut = t.len() - STDERR_TAIL;
-                        let cut = (cut..t.len())
-                            .find(|i| t.is_char_boundary(*i))
-                            .unwrap_or(t.len());
-                        t.drain(..cut);
-                    }
+                    cem_sandbox::append_tail(
+                        &mut t,
+                        &String::from_utf8_lossy(&buf[..n]),
+                        STDERR_TAIL,
+                    );
                 }
             }
         }

@@ -84,6 +84,19 @@ pub fn free_disk(path: &Path) -> Option<(u64, u64)> {
     ))
 }
 
+/// Appends `text` to `tail`, a process's diagnostics, keeping about the last
+/// `keep` bytes (cut at a character boundary).
+pub fn append_tail(tail: &mut String, text: &str, keep: usize) {
+    tail.push_str(text);
+    if tail.len() > keep * 2 {
+        let cut = tail.len() - keep;
+        let cut = (cut..tail.len())
+            .find(|i| tail.is_char_boundary(*i))
+            .unwrap_or(tail.len());
+        tail.drain(..cut);
+    }
+}
+
 /// Sends SIGKILL to `pid` (the launcher: its death takes the sandbox down).
 pub fn kill(pid: u32) {
     if let Ok(pid) = i32::try_from(pid) {

@@ -647,14 +647,7 @@ fn drain(mut stderr: std::process::ChildStderr, shared: &Shared) {
             break;
         }
         if let Ok(mut t) = shared.stderr.lock() {
-            t.push_str(&String::from_utf8_lossy(&buf[..n]));
-            if t.len() > STDERR_TAIL * 2 {
-                let cut = t.len() - STDERR_TAIL;
-                let cut = (cut..t.len())
-                    .find(|i| t.is_char_boundary(*i))
-                    .unwrap_or(t.len());
-                t.drain(..cut);
-            }
+            crate::append_tail(&mut t, &String::from_utf8_lossy(&buf[..n]), STDERR_TAIL);
         }
     }
 }
