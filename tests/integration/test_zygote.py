@@ -275,3 +275,54 @@ async def test_idle_sessions_end_with_a_note(data_dir: Path, tmp_path: Path):
         body = await run(client, "result = 'kept' in globals()", session_id="idle")
         assert body["result"] is False
         assert "idle for over 1 s" in body["note"]
+
+
+def descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+async def test_the_zygote_holds_no_secret(data_dir: Path, tmp_path: Path):
+    secret = "cem-secret-" + secrets.token_hex(12)
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"mcpServers": {"vault": {"command": "/bin/false", "env": {"TOKEN": secret},
+                                                           "disabled": True}}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    params.env = {**__import__("os").environ, "CEM_TEST_SECRET": secret}
+    async with Client(params) as client:
+        assert (await run(client, "result = 1"))["result"] == 1
+        servers = [int(p) for p in subprocess.run(["pgrep", "-f", f"data-dir {data_dir}"], capture_output=True,
+                                                 text=True).stdout.split()]
+        zygotes = [p for s in servers for p in descendants(s)
+                   if Path(f"/proc/{p}/comm").exists() and Path(f"/proc/{p}/comm").read_text().strip() == "cem-zygote"]
+        assert zygotes, servers
+        for z in zygotes:
+            assert secret.encode() not in Path(f"/proc/{z}/environ").read_bytes()
+            assert secret.encode() not in Path(f"/proc/{z}/cmdline").read_bytes()
+            # Its whole memory: the zygote is a fresh process image (launcher re-exec, then Python), never a
+            # fork of the server that holds the config.
+            found = {secret.encode(): False, b"cem_runtime": False}
+            with open(f"/proc/{z}/maps") as maps, open(f"/proc/{z}/mem", "rb", buffering=0) as mem:
+                for line in maps:
+                    lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                    if "r" not in line.split()[1]:
+                        continue
+                    try:
+                        mem.seek(lo)
+                        chunk = mem.read(hi - lo)
+                    except OSError:
+                        continue
+                    for needle in found:
+                        found[needle] |= needle in chunk
+            # The scan sees the zygote's own state (so it can fail), and no secret.
+            assert found == {secret.encode(): False, b"cem_runtime": True}
