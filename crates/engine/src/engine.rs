@@ -15,7 +15,7 @@ use crate::answer::ExecAnswer;
 use crate::bridge::Bridge;
 use crate::install::{InstallStats, Installs, parse_requirements};
 use crate::process::{CallStats, Interp, Launch, PackageMounts};
-use crate::sessions::{Ended, SessionTable};
+use crate::sessions::{self, Ended, SessionTable};
 use crate::{EngineError, runtime};
 use cem_sandbox::Zygote;
 
@@ -512,19 +512,14 @@ impl Engine {
             .await
             .map_err(EngineError::Refused)?;
         for evicted in opened.evicted {
-            tokio::spawn(async move {
-                if let Some(mut interp) = evicted.lock().await.interp.take() {
-                    interp.kill().await;
-                }
-            });
+            tokio::spawn(async move { sessions::end(&evicted).await });
         }
         let _lease = opened.lease;
         let mut session = opened.session.lock().await;
         session.last_used = Instant::now();
         let mut note = None;
         if let Some(ended @ Ended::Idle { .. }) = &opened.ended {
-            let shown = id.rsplit('\u{0}').next().unwrap_or(id);
-            note = Some(ended.explain(shown));
+            note = Some(ended.explain(sessions::shown_id(id)));
         }
         if session.interrupted {
             note = Some(
@@ -593,11 +588,7 @@ impl Engine {
     }
 
     async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
-        let (base, _) = self.base_env(ready).await;
-        let mounts = PackageMounts {
-            env: base.env().map(|e| e.site.clone()),
-            layers: ready.package_layers.clone(),
-        };
+        let mounts = self.package_mounts(ready).await;
         if let Some(zygote) = self.zygote(ready, &mounts).await {
             match Interp::fork(&zygote, &ready.launch, memory_mb, PROCESSES).await {
                 Ok(interp) => {
@@ -627,6 +618,15 @@ impl Engine {
         Interp::start(&ready.launch, memory_mb, PROCESSES, mounts)
             .await
             .map_err(EngineError::Start)
+    }
+
+    /// The package directories an interpreter (or the zygote) mounts.
+    async fn package_mounts(&self, ready: &Ready) -> PackageMounts {
+        let (base, _) = self.base_env(ready).await;
+        PackageMounts {
+            env: base.env().map(|e| e.site.clone()),
+            layers: ready.package_layers.clone(),
+        }
     }
 
     /// The running zygote, started (or restarted, when it died or what
@@ -714,11 +714,7 @@ impl Engine {
     /// sandboxes start (what `doctor` reports).
     pub async fn check_start_path(&self) -> Result<Value, EngineError> {
         let ready = self.prepare().await?;
-        let (base, _) = self.base_env(ready).await;
-        let mounts = PackageMounts {
-            env: base.env().map(|e| e.site.clone()),
-            layers: ready.package_layers.clone(),
-        };
+        let mounts = self.package_mounts(ready).await;
         if let Some(zygote) = self.zygote(ready, &mounts).await {
             let memory = self.options.sandbox.memory_mb;
             let mut interp = Interp::fork(&zygote, &ready.launch, memory, PROCESSES)
@@ -767,9 +763,7 @@ impl Engine {
     async fn reap_idle_sessions(&self) {
         let idle = Duration::from_secs(self.options.sandbox.session_idle_seconds);
         for session in self.sessions.expire(&self.options.tenant, idle).await {
-            if let Some(mut interp) = session.lock().await.interp.take() {
-                interp.kill().await;
-            }
+            sessions::end(&session).await;
         }
     }
 
@@ -780,9 +774,7 @@ impl Engine {
             interp.kill().await;
         }
         for session in self.sessions.drain(&self.options.tenant).await {
-            if let Some(mut interp) = session.lock().await.interp.take() {
-                interp.kill().await;
-            }
+            sessions::end(&session).await;
         }
     }
 }

@@ -343,16 +343,15 @@ pub fn zygote_spec(launch: &Launch, packages: &PackageMounts, max_memory_mb: u64
         launch,
         packages,
         "cem_zygote.py",
-        limits(max_memory_mb, PROCESSES_OF_ZYGOTE),
+        // The launcher gives a zygote no RLIMIT_NPROC and no RLIMIT_CPU
+        // (each child sets its own, and is counted by its pids cgroup):
+        // only the memory ceiling applies to it.
+        limits(max_memory_mb, Limits::default().processes),
         Vec::new(),
     );
     spec.zygote = true;
     spec
 }
-
-/// Processes the zygote itself may hold (its children are counted in
-/// their own pids cgroups).
-const PROCESSES_OF_ZYGOTE: u64 = 4096;
 
 impl Interp {
     /// Starts an interpreter with `memory_mb` and waits for its ready line.
@@ -696,11 +695,7 @@ impl Interp {
     async fn describe(&mut self, failure: Failure) -> String {
         match failure {
             Failure::Died { status, stderr, .. } => {
-                let last = stderr
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
+                let last = cem_sandbox::last_line(&stderr);
                 format!("the interpreter exited during start-up (status {status:?}): {last}")
             }
             Failure::Timeout => "the interpreter timed out during start-up".into(),

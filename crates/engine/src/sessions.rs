@@ -247,8 +247,7 @@ impl SessionTable {
         let mut out: Vec<Value> = sessions
             .into_iter()
             .map(|(key, session)| {
-                // The id the caller gave (the key may carry its owner first).
-                let id = key.rsplit('\u{0}').next().unwrap_or(&key).to_string();
+                let id = shown_id(&key).to_string();
                 match session.try_lock() {
                     Ok(s) => {
                         let memory = s
@@ -282,6 +281,19 @@ fn idle_since(live: &Live) -> Option<Instant> {
         return None;
     }
     live.session.try_lock().ok().map(|s| s.last_used)
+}
+
+/// The id the caller gave, from a session key (which may carry the MCP
+/// session that owns it first, before a NUL).
+pub(crate) fn shown_id(key: &str) -> &str {
+    key.rsplit('\u{0}').next().unwrap_or(key)
+}
+
+/// Ends a session's interpreter (the session has left the table).
+pub(crate) async fn end(session: &Mutex<Session>) {
+    if let Some(mut interp) = session.lock().await.interp.take() {
+        interp.kill().await;
+    }
 }
 
 /// The least recently used idle session (of `tenant`, or of anyone).

@@ -84,6 +84,14 @@ pub fn free_disk(path: &Path) -> Option<(u64, u64)> {
     ))
 }
 
+/// The last line of a process's diagnostics that says something.
+pub fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+}
+
 /// Appends `text` to `tail`, a process's diagnostics, keeping about the last
 /// `keep` bytes (cut at a character boundary).
 pub fn append_tail(tail: &mut String, text: &str, keep: usize) {

@@ -333,7 +333,7 @@ fn said(stderr: OwnedFd) -> String {
     );
     let mut text = String::new();
     let _ = std::fs::File::from(stderr).read_to_string(&mut text);
-    text.lines().last().unwrap_or("").to_string()
+    crate::last_line(&text).to_string()
 }
 
 /// A fork request's entries in the shared maps, removed on every early
@@ -377,10 +377,11 @@ impl Zygote {
     /// Starts a zygote for `spec` (which must say `zygote: true`), with
     /// `exe` re-executed as the launcher, and waits until it is ready.
     pub fn start(exe: &Path, spec: &Spec) -> Result<Zygote, String> {
+        if !spec.zygote {
+            return Err("a zygote's spec must say zygote: true".into());
+        }
         let plan = child_plan(spec).map_err(|e| e.to_string())?;
         let plan = serde_json::to_vec(&plan).map_err(|e| e.to_string())?;
-        let mut spec = spec.clone();
-        spec.zygote = true;
         let (host, inside) = seqpacket_pair()?;
         // The plan is the first message (not the environment, which every
         // child could read back from /proc/self/environ).
@@ -394,7 +395,7 @@ impl Zygote {
                 None,
             ),
         )?;
-        let mut cmd = crate::command(exe, &spec).map_err(|e| e.to_string())?;
+        let mut cmd = crate::command(exe, spec).map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::from(inside))
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -441,13 +442,10 @@ impl Zygote {
     /// The reason a zygote stopped, with the last thing it said.
     fn failed(&self, what: &str) -> String {
         std::thread::sleep(Duration::from_millis(50));
-        let tail = self.stderr_tail();
-        let last = tail
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
-        format!("the zygote {what}: {last}")
+        format!(
+            "the zygote {what}: {}",
+            crate::last_line(&self.stderr_tail())
+        )
     }
 
     /// The end of the zygote's stderr.
@@ -462,11 +460,6 @@ impl Zygote {
     /// Whether the zygote still serves forks.
     pub fn alive(&self) -> bool {
         self.shared.alive.load(Ordering::SeqCst)
-    }
-
-    /// The launcher's pid (killing it ends the zygote and every child).
-    pub fn pid(&self) -> Option<u32> {
-        self.launcher.lock().ok().map(|l| l.id())
     }
 
     /// Forks a child with `limits`, moved into the cgroup directories
