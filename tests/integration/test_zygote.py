@@ -77,7 +77,7 @@ async def test_fresh_sandboxes_are_forked_from_a_zygote(data_dir: Path):
         body = await run(client, "import os\nresult = os.getpid()")
         # Pid 1 of its own pid namespace: forked, not started by the cold launcher (whose program is pid 2).
         assert body["result"] == 1
-        assert (await sandbox_stats(client))["fresh_sandbox"] == {"path": "zygote"}
+        assert (await sandbox_stats(client))["fresh_sandbox"]["path"] == "zygote"
 
 
 async def test_a_child_runs_with_every_layer_of_a_cold_sandbox(data_dir: Path):
@@ -211,7 +211,7 @@ async def test_a_killed_zygote_is_replaced(data_dir: Path):
             body = await run(client, "import os\nresult = os.getpid()")
             assert body["result"] in (1, 2), body
         assert (await run(client, "import os\nresult = os.getpid()"))["result"] == 1
-        assert (await sandbox_stats(client))["fresh_sandbox"] == {"path": "zygote"}
+        assert (await sandbox_stats(client))["fresh_sandbox"]["path"] == "zygote"
 
 
 async def test_the_cold_path_runs_when_asked_and_says_why(data_dir: Path, tmp_path: Path):
@@ -225,7 +225,7 @@ async def test_the_cold_path_runs_when_asked_and_says_why(data_dir: Path, tmp_pa
 def test_doctor_says_how_fresh_sandboxes_start(data_dir: Path, tmp_path: Path):
     out = run_cli("--data-dir", str(data_dir), "doctor", timeout=120)
     line = next(l for l in out.stdout.splitlines() if "fresh sandbox" in l)
-    assert "ok" in line and "forked from a zygote" in line, out.stdout
+    assert "ok" in line and "forked from a zygote" in line and "prepared at background cpu priority" in line, out.stdout
     config = tmp_path / "cold.json"
     config.write_text(json.dumps({"sandbox": {"zygote": False}}))
     out = run_cli("--config", str(config), "--data-dir", str(data_dir), "doctor", timeout=120)
@@ -328,3 +328,53 @@ async def test_the_zygote_holds_no_secret(data_dir: Path, tmp_path: Path):
                         found[needle] |= needle in chunk
             # The scan sees the zygote's own state (so it can fail), and no secret.
             assert found == {secret.encode(): False, b"cem_runtime": True}
+
+
+def cpu_cgroup(pid: int) -> str | None:
+    """The path of a process's cgroup in the v1 hierarchy with the cpu controller."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    return None
+
+
+def named(pids: list[int], comm: str) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            if Path(f"/proc/{p}/comm").read_text().strip() == comm:
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir: Path):
+    own = cpu_cgroup(__import__("os").getpid())
+    if __import__("os").geteuid() != 0 or own is None or not Path("/sys/fs/cgroup/cpu/cpu.shares").exists():
+        pytest.skip("needs root and the cgroup v1 cpu controller")
+    background = own.rstrip("/") + "/code-execution-mcp/background"
+    async with Client(stdio_params(data_dir)) as client:
+        # A session keeps its interpreter alive: it was taken for work, so it runs at full priority.
+        assert (await run(client, "result = 1", session_id="held"))["result"] == 1
+        servers = [int(p) for p in subprocess.run(["pgrep", "-f", f"data-dir {data_dir}"], capture_output=True,
+                                                 text=True).stdout.split()]
+        deadline = time.monotonic() + 10
+        while True:
+            tree = [p for s in servers for p in descendants(s)]
+            zygotes, children = named(tree, "cem-zygote"), named(tree, "cem-sandbox")
+            places = sorted(cpu_cgroup(p) or "" for p in children)
+            # The session's child in the server's own cpu cgroup; the pool's two in the background group.
+            if zygotes and places == sorted([own, background, background]):
+                break
+            assert time.monotonic() < deadline, (zygotes, places, own)
+            await anyio.sleep(0.1)
+        assert {cpu_cgroup(z) for z in zygotes} == {background}
+        assert Path(f"/sys/fs/cgroup/cpu{background}/cpu.shares").read_text().strip() == "2"
+        assert (await sandbox_stats(client))["fresh_sandbox"] == {
+            "path": "zygote", "preparation": "background cpu priority (cgroup v1 cpu.shares 2)"}

@@ -317,9 +317,11 @@ fn fresh_sandbox_check(config: &cem_config::Config, data_dir: &Path) -> Check {
     match outcome {
         Ok(path) if path["path"] == "zygote" => check(
             Status::Ok,
-            "forked from a zygote: each execution gets a new child with its own pid, mount and IPC \
-             namespaces, /tmp, cgroup, Landlock and seccomp"
-                .into(),
+            format!(
+                "forked from a zygote: each execution gets a new child with its own pid, mount and \
+                 IPC namespaces, /tmp, cgroup, Landlock and seccomp; the next one is prepared at {}",
+                path["preparation"].as_str().unwrap_or("full cpu priority")
+            ),
         ),
         Ok(path) => {
             let reason = path["reason"].as_str().unwrap_or("unknown").to_string();

@@ -17,7 +17,7 @@ use crate::install::{InstallStats, Installs, parse_requirements};
 use crate::process::{CallStats, Interp, Launch, PackageMounts};
 use crate::sessions::{self, Ended, SessionTable};
 use crate::{EngineError, runtime};
-use cem_sandbox::Zygote;
+use cem_sandbox::{CpuPriority, Zygote};
 
 /// Processes and threads one sandbox may run.
 const PROCESSES: u64 = 128;
@@ -544,7 +544,11 @@ impl Engine {
         // kills its process, and the session is left without one.
         let mut interp = match session.interp.take() {
             Some(interp) => interp,
-            None => self.start_interp(ready, memory_mb).await?,
+            None => {
+                let interp = self.start_interp(ready, memory_mb).await?;
+                interp.to_foreground();
+                interp
+            }
         };
         session.interrupted = true;
         let outcome = interp
@@ -572,7 +576,15 @@ impl Engine {
         Ok(answer)
     }
 
+    /// An interpreter for one execution (or a session): from the pool when
+    /// one fits, else started now; lifted to full CPU priority either way.
     async fn take_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
+        let interp = self.pooled_or_new(ready, memory_mb).await?;
+        interp.to_foreground();
+        Ok(interp)
+    }
+
+    async fn pooled_or_new(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
         if memory_mb == self.options.sandbox.memory_mb {
             let mut pool = self.pool.lock().await;
             while let Some(mut interp) = pool.pop() {
@@ -671,7 +683,10 @@ impl Engine {
         }
         let exe = ready.launch.exe.clone();
         let shaped = spec.clone();
-        let started = match tokio::task::spawn_blocking(move || Zygote::start(&exe, &shaped)).await
+        let started = match tokio::task::spawn_blocking(move || {
+            Zygote::start(&exe, &shaped, CpuPriority::get().ok())
+        })
+        .await
         {
             Ok(started) => started,
             // The runtime is shutting down: nothing to start, nothing to report.
@@ -702,7 +717,19 @@ impl Engine {
             return json!({"path": "cold", "reason": why});
         }
         match &self.zygote.lock().await.0 {
-            ZygoteSlot::Running(z, _, _) if z.alive() => json!({"path": "zygote"}),
+            ZygoteSlot::Running(z, _, _) if z.alive() => {
+                let preparation = if z.prioritized() {
+                    "background cpu priority (cgroup v1 cpu.shares 2)".to_string()
+                } else {
+                    match CpuPriority::get() {
+                        Err(why) => format!("full cpu priority: {why}"),
+                        Ok(_) => "full cpu priority: the zygote could not join the background \
+                                  cpu group"
+                            .to_string(),
+                    }
+                };
+                json!({"path": "zygote", "preparation": preparation})
+            }
             ZygoteSlot::Off(why, retry) if Instant::now() < *retry => {
                 json!({"path": "cold", "reason": why})
             }

@@ -683,10 +683,34 @@ impl Interp {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Gives a forked interpreter full CPU priority for the work it was
+    /// taken for (it was prepared in the background group; a cold one
+    /// already has it). In the background, not awaited: the move can block
+    /// for milliseconds after a quiet spell, when the machine is idle and
+    /// priority does not matter yet.
+    pub fn to_foreground(&self) {
+        if let Proc::Forked { child, .. } = &self.child
+            && let Some(priority) = child.priority.clone()
+        {
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = priority.to_foreground() {
+                    tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
+                }
+            });
+        }
+    }
+
     /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
+    /// A forked child is first moved to the background cpu group: tearing
+    /// its memory down is not work anyone waits for.
     pub async fn kill(&mut self) {
         if let Some(w) = self.watchdog.take() {
             w.abort();
+        }
+        if let Proc::Forked { child, .. } = &self.child
+            && let Some(priority) = child.priority.clone()
+        {
+            let _ = tokio::task::spawn_blocking(move || priority.to_background()).await;
         }
         self.child.start_kill();
         let _ = self.child.wait().await;

@@ -10,7 +10,7 @@ pub struct Cgroup {
     dirs: Vec<PathBuf>,
 }
 
-const PARENT: &str = "code-execution-mcp";
+pub(crate) const PARENT: &str = "code-execution-mcp";
 
 impl Cgroup {
     /// Makes a cgroup named `name` limited to `memory_mb` and `pids`.

@@ -28,6 +28,7 @@
 //! - a seccomp deny-list (see [`seccomp`]).
 
 mod cgroup;
+mod cpu_priority;
 mod interp;
 mod landlock_rules;
 mod launcher;
@@ -38,11 +39,12 @@ mod spec;
 pub mod zygote;
 
 pub use cgroup::Cgroup;
+pub use cpu_priority::CpuPriority;
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
 pub use spec::{Bind, Limits, Spec};
-pub use zygote::{Forked, Zygote};
+pub use zygote::{Forked, Priority, Zygote};
 
 use std::path::Path;
 use std::process::Command;

@@ -43,7 +43,7 @@ use nix::sys::socket::{
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{Limits, SandboxError, Spec, seccomp};
+use crate::{CpuPriority, Limits, SandboxError, Spec, seccomp};
 
 /// How long a fork may take before it is given up.
 const FORK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -208,6 +208,8 @@ pub struct Zygote {
     launcher: Mutex<Child>,
     shared: Arc<Shared>,
     next: AtomicU64,
+    /// The cpu priority groups its children move between, when the host has them.
+    cpu: Option<&'static CpuPriority>,
 }
 
 /// A child forked by the zygote: its host pid, a pidfd, and the host ends
@@ -222,6 +224,51 @@ pub struct Forked {
     /// The exit status (128+signal for signals), sent when the zygote has
     /// reaped the child; closed without a value if the zygote died first.
     pub exit: Option<tokio::sync::oneshot::Receiver<i32>>,
+    /// Moves it between the cpu priority groups, when the host has them.
+    pub priority: Option<Priority>,
+}
+
+/// Moves one forked child between the cpu priority groups. A move is a
+/// write to cgroupfs that can block for a few milliseconds (the kernel
+/// waits for an RCU grace period when no move happened lately): call it off
+/// the async runtime, and off the path of a request.
+#[derive(Clone)]
+pub struct Priority {
+    pid: u32,
+    pidfd: Arc<OwnedFd>,
+    cpu: &'static CpuPriority,
+    /// Set once the child is being ended: no move after that.
+    ending: Arc<Mutex<bool>>,
+}
+
+impl Priority {
+    /// Full priority (the server's own cpu cgroup), for the execution the
+    /// child was taken for. Nothing once it is ending or ended.
+    pub fn to_foreground(&self) -> Result<(), String> {
+        let ending = self.ending.lock().map_err(|_| "a poisoned lock")?;
+        if *ending || pidfd_readable(&self.pidfd) {
+            return Ok(());
+        }
+        // The pidfd says the pid is still this child's (not a reused one).
+        self.cpu.to_foreground(self.pid)
+    }
+
+    /// Background priority for its teardown; after this, no move lifts it
+    /// again. Call it before killing the child.
+    pub fn to_background(&self) -> Result<(), String> {
+        let mut ending = self.ending.lock().map_err(|_| "a poisoned lock")?;
+        *ending = true;
+        if pidfd_readable(&self.pidfd) {
+            return Ok(());
+        }
+        self.cpu.to_background(self.pid)
+    }
+}
+
+/// Whether the process behind a pidfd has ended, without waiting.
+fn pidfd_readable(pidfd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
 }
 
 /// Kills one forked child through its pidfd (so never a reused pid); may
@@ -258,8 +305,7 @@ impl Forked {
 
     /// Whether the child has ended (its pidfd is readable).
     pub fn ended(&self) -> bool {
-        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
-        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        pidfd_readable(&self.pidfd)
     }
 }
 
@@ -376,7 +422,13 @@ fn recv_message(fd: RawFd) -> Result<Vec<u8>, String> {
 impl Zygote {
     /// Starts a zygote for `spec` (which must say `zygote: true`), with
     /// `exe` re-executed as the launcher, and waits until it is ready.
-    pub fn start(exe: &Path, spec: &Spec) -> Result<Zygote, String> {
+    /// With `cpu`, the zygote and every child it forks start in the
+    /// background cpu group ([`Forked::priority`] lifts a child).
+    pub fn start(
+        exe: &Path,
+        spec: &Spec,
+        cpu: Option<&'static CpuPriority>,
+    ) -> Result<Zygote, String> {
         if !spec.zygote {
             return Err("a zygote's spec must say zygote: true".into());
         }
@@ -399,9 +451,30 @@ impl Zygote {
         cmd.stdin(Stdio::from(inside))
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        // Opened here, written by the launcher itself between fork and exec:
+        // it is in the background group before it makes anything.
+        let background = cpu.and_then(|c| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(c.background_procs())
+                .ok()
+        });
+        if let Some(procs) = &background {
+            let fd = procs.as_raw_fd();
+            // SAFETY: the hook only calls write(2), which is async-signal-safe.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    // Best effort: a zygote left at full priority is slower when busy, not weaker.
+                    let _ = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    Ok(())
+                });
+            }
+        }
         let mut launcher = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
+        let cpu = background.is_some().then_some(cpu).flatten();
+        drop(background);
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             exits: Mutex::new(HashMap::new()),
@@ -418,6 +491,7 @@ impl Zygote {
             launcher: Mutex::new(launcher),
             shared,
             next: AtomicU64::new(1),
+            cpu,
         };
         if !readable(&zygote.ctl, Duration::from_secs(20)) {
             return Err(zygote.failed("did not say it was ready within 20 s"));
@@ -455,6 +529,12 @@ impl Zygote {
             .lock()
             .map(|s| s.clone())
             .unwrap_or_default()
+    }
+
+    /// Whether the zygote and the children it forks are prepared in the
+    /// background cpu group.
+    pub fn prioritized(&self) -> bool {
+        self.cpu.is_some()
     }
 
     /// Whether the zygote still serves forks.
@@ -542,6 +622,7 @@ impl Zygote {
         if hung_up(&hello) {
             return Err("a forked sandbox ended before it was released".into());
         }
+        let priority_pidfd = Arc::clone(&pidfd);
         let forked = Forked {
             pid,
             pidfd,
@@ -549,6 +630,12 @@ impl Zygote {
             stdout: Some(stdout_r),
             stderr: Some(stderr_r),
             exit: Some(exit_rx),
+            priority: self.cpu.map(|cpu| Priority {
+                pid,
+                pidfd: Arc::clone(&priority_pidfd),
+                cpu,
+                ending: Arc::new(Mutex::new(false)),
+            }),
         };
         for dir in cgroups {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())

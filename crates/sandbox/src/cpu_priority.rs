@@ -1,0 +1,165 @@
+//! CPU priority for forked sandboxes: the work that prepares the *next*
+//! sandbox runs below everything else.
+//!
+//! A forked sandbox costs CPU before and after its execution: the zygote's
+//! fork, the child's namespaces, mounts and warm-up while it waits in the
+//! pool, and the teardown of its memory when it is killed. Executions back
+//! to back (or many clients at once) keep two or three of those in flight
+//! beside the one execution someone waits for, and at equal priority they
+//! take turns with it: on two cores that tripled the wait.
+//!
+//! So the zygote (and with it every child it forks) is started in a
+//! low-weight cpu cgroup of its own, `code-execution-mcp/background` under
+//! the server's own (cgroup v1 `cpu.shares` 2 against 1024 by default). A
+//! child taken for an execution moves to the server's own cpu cgroup and so
+//! runs exactly as a cold sandbox does; when it is done it moves back, so
+//! its teardown is background work again. Background work still runs at full
+//! speed whenever a core is idle: the weight only orders who waits.
+//!
+//! Only cgroup v1's `cpu` hierarchy is used. On cgroup v2 a process lives in
+//! one cgroup, and a forked child's is its own memory and pids cgroup, so
+//! priority there would mean a `cpu.weight` per child; not done yet, and
+//! [`CpuPriority::get`] says so.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The two cpu cgroups of forked sandboxes.
+#[derive(Debug)]
+pub struct CpuPriority {
+    /// `cgroup.procs` of the low-weight group (zygotes, pooled and ending children).
+    background: PathBuf,
+    /// `cgroup.procs` of the server's own cpu cgroup (a child running an execution).
+    foreground: PathBuf,
+}
+
+/// `cpu.shares` of the background group: the kernel's minimum.
+const BACKGROUND_SHARES: &str = "2";
+
+impl CpuPriority {
+    /// The server's cpu priority groups, made once per process; Err says
+    /// why there are none (and so why preparation runs at full priority).
+    pub fn get() -> Result<&'static CpuPriority, &'static str> {
+        static GROUPS: OnceLock<Result<CpuPriority, String>> = OnceLock::new();
+        GROUPS
+            .get_or_init(|| {
+                let own = fs::read_to_string("/proc/self/cgroup")
+                    .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+                Self::make(Path::new("/sys/fs/cgroup"), &own)
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Makes the background group under `root` (where cgroup hierarchies
+    /// are mounted), for a process whose /proc/self/cgroup reads `own`.
+    fn make(root: &Path, own: &str) -> Result<CpuPriority, String> {
+        let rel = own_cpu_cgroup(own).ok_or(
+            "no cgroup v1 cpu controller (cgroup v2 is not used for priority yet): the next \
+             sandbox is prepared at full priority",
+        )?;
+        let mount = root.join("cpu");
+        if !mount.join("cpu.shares").exists() {
+            return Err(format!(
+                "the cgroup v1 cpu controller is not mounted at {}",
+                mount.display()
+            ));
+        }
+        let foreground = mount.join(rel.trim_start_matches('/'));
+        let background = foreground.join(crate::cgroup::PARENT).join("background");
+        fs::create_dir_all(&background)
+            .map_err(|e| format!("cannot create {}: {e}", background.display()))?;
+        fs::write(background.join("cpu.shares"), BACKGROUND_SHARES)
+            .map_err(|e| format!("cannot set {}/cpu.shares: {e}", background.display()))?;
+        Ok(CpuPriority {
+            background: background.join("cgroup.procs"),
+            foreground: foreground.join("cgroup.procs"),
+        })
+    }
+
+    /// The background group's `cgroup.procs`: a process that writes `0`
+    /// into it moves itself there (how a zygote's launcher joins it before
+    /// it runs anything).
+    pub fn background_procs(&self) -> &Path {
+        &self.background
+    }
+
+    /// Moves process `pid` to the server's own cpu cgroup (full priority).
+    pub fn to_foreground(&self, pid: u32) -> Result<(), String> {
+        write_pid(&self.foreground, pid)
+    }
+
+    /// Moves process `pid` to the background group.
+    pub fn to_background(&self, pid: u32) -> Result<(), String> {
+        write_pid(&self.background, pid)
+    }
+}
+
+fn write_pid(procs: &Path, pid: u32) -> Result<(), String> {
+    fs::write(procs, pid.to_string())
+        .map_err(|e| format!("cannot move process {pid} into {}: {e}", procs.display()))
+}
+
+/// The path of our cgroup in the v1 hierarchy that has the `cpu`
+/// controller (`3:cpu,cpuacct:/user.slice` gives `/user.slice`).
+fn own_cpu_cgroup(own: &str) -> Option<&str> {
+    own.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "cpu").then_some(path)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_cpu_hierarchy_among_v1_lines() {
+        let own = "9:name=systemd:/\n4:memory:/a/b\n3:cpuset:/\n2:cpu,cpuacct:/user.slice\n0::/\n";
+        assert_eq!(own_cpu_cgroup(own), Some("/user.slice"));
+        assert_eq!(own_cpu_cgroup("1:cpu:/\n0::/x\n"), Some("/"));
+        // cpuset and cpuacct are not cpu; a v2-only host has no such line.
+        assert_eq!(own_cpu_cgroup("3:cpuset:/\n2:cpuacct:/\n0::/x\n"), None);
+        assert_eq!(own_cpu_cgroup("0::/user.slice/session-1.scope\n"), None);
+    }
+
+    #[test]
+    fn makes_a_low_weight_group_under_the_servers_own() {
+        let Ok(root) = tempfile::tempdir() else {
+            panic!("a temporary directory");
+        };
+        let server = root.path().join("cpu/user.slice");
+        let Ok(()) = fs::create_dir_all(&server) else {
+            panic!("the fake hierarchy");
+        };
+        let _ = fs::write(root.path().join("cpu/cpu.shares"), "1024");
+        let made = CpuPriority::make(root.path(), "2:cpu,cpuacct:/user.slice\n");
+        let Ok(groups) = made else {
+            panic!("{made:?}");
+        };
+        let background = server.join("code-execution-mcp/background");
+        assert_eq!(groups.background_procs(), background.join("cgroup.procs"));
+        assert_eq!(
+            fs::read_to_string(background.join("cpu.shares"))
+                .ok()
+                .as_deref(),
+            Some(BACKGROUND_SHARES)
+        );
+        let Ok(()) = groups.to_foreground(42) else {
+            panic!("the move is a write");
+        };
+        assert_eq!(
+            fs::read_to_string(server.join("cgroup.procs"))
+                .ok()
+                .as_deref(),
+            Some("42")
+        );
+        // A v2-only host: no priority, and the reason says so.
+        let Err(why) = CpuPriority::make(root.path(), "0::/user.slice\n") else {
+            panic!("no v1 cpu line means no priority groups");
+        };
+        assert!(why.contains("cgroup v2"), "{why}");
+    }
+}
