@@ -4,11 +4,12 @@ Python's start-up and the runtime's imports each time.
 
 It never runs agent code, holds no secret (its environment is the sandboxed interpreter's, cleared by the
 host) and only ever forks from itself, so a child carries nothing of another execution. Each child makes
-its own pid, mount and IPC namespaces (and network namespace when the plan says so), a fresh /proc and
-private /tmp and /dev/shm, waits until the host has moved it into its own cgroup, then sets its limits,
-keeps only its three stdio descriptors, empties its capabilities and applies the same Landlock ruleset and
-seccomp filters as a cold sandbox (computed by the host: cem_sandbox::zygote::child_plan) before it reads
-any code. Setting up a child is all system calls through ctypes: no import happens after the fork.
+its own pid, mount and IPC namespaces, enters a network namespace no live sibling has (when the plan says
+so; see _take_netns), mounts a fresh /proc and private /tmp and /dev/shm, waits until the host has moved it
+into its own cgroup, then sets its limits, keeps only its three stdio descriptors, empties its capabilities,
+and applies the same Landlock ruleset as a cold sandbox and the seccomp filter that makes the zygote's the
+cold sandbox's policy (both computed by the host: cem_sandbox::zygote::child_plan) before it reads any
+code. Setting up a child is all system calls through ctypes: no import happens after the fork.
 
 The host speaks to the zygote over a SOCK_SEQPACKET socket on fd 0: {"type": "fork", "id", "limits"} with
 the child's stdin, stdout, stderr and a hello socket attached (SCM_RIGHTS); it answers {"type": "forked"}
@@ -31,8 +32,12 @@ import traceback
 # The host's first message on fd 0: what each child applies to itself.
 _CTL = socket.socket(fileno=0)
 _PLAN = json.loads(_CTL.recv(1 << 20))
-# Children forked and not yet reaped: zygote pid -> request id (emptied in each child).
+# Children forked and not yet reaped: zygote pid -> (request id, its network namespace or None); emptied
+# in each child.
 _CHILDREN = {}
+# Network namespaces of children that have ended, for later children (see _take_netns).
+_NETNS_FREE = []
+_NETNS_KEPT = 16
 
 # <sched.h>, <sys/mount.h>, <sys/prctl.h>, <linux/seccomp.h>, <linux/landlock.h>: the same on every
 # architecture Linux runs Python on (the Landlock syscalls have one number everywhere).
@@ -175,7 +180,26 @@ def _seccomp():
         _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(program), 0, 0), "seccomp")
 
 
-def _child(request, fds, ctl):
+def _take_netns(own_net_ns):
+    """A network namespace for one child: one an ended child had, or a new one.
+
+    Making a network namespace costs more than the rest of a fork (and more again when the kernel tears it
+    down), so an ended child's is reused. It is as good as new: with the network off a sandbox can make
+    only unix sockets (seccomp), cannot configure the namespace (no capability in it), and a namespace
+    is reused only once the child that had it is reaped, which for the pid 1 of a pid namespace means
+    that every process in it has ended and so every socket it made is closed. Two children never share
+    one, so siblings still cannot reach or list each other's abstract sockets.
+    """
+    if _NETNS_FREE:
+        return _NETNS_FREE.pop()
+    _check(_libc.unshare(CLONE_NEWNET), "unshare(net)")
+    try:
+        return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        _check(_libc.setns(own_net_ns, CLONE_NEWNET), "setns(net)")
+
+
+def _child(request, fds, ctl, net):
     """Runs in the forked child (pid 1 of its own pid namespace); never returns."""
     code = SETUP_FAILED
     _CHILDREN.clear()  # nothing of its siblings
@@ -187,8 +211,9 @@ def _child(request, fds, ctl):
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         ctl.detach()
-        flags = CLONE_NEWNS | CLONE_NEWIPC | (CLONE_NEWNET if _PLAN["new_net"] else 0)
-        _check(_libc.unshare(flags), "unshare(mount, ipc)")
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(mount, ipc)")
+        if net is not None:
+            _check(_libc.setns(net, CLONE_NEWNET), "setns(net)")
         _mounts(request["limits"]["tmp_mb"])
         # The host learns our pid from this message (SO_PASSCRED) and moves us into our cgroup.
         with socket.socket(fileno=hello) as hs:
@@ -221,19 +246,33 @@ def _child(request, fds, ctl):
             os._exit(code)
 
 
-def _fork(request, fds, ctl, own_pid_ns):
-    _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+def _fork(request, fds, ctl, own):
+    net = _take_netns(own["net"]) if _PLAN["new_net"] else None
     try:
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _child(request, fds, ctl)
-            finally:
-                os._exit(SETUP_FAILED)
-    finally:
-        # Our own later children (and we) stay in our pid namespace.
-        _check(_libc.setns(own_pid_ns, CLONE_NEWPID), "setns(pid)")
-    return pid
+        _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
+        try:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _child(request, fds, ctl, net)
+                finally:
+                    os._exit(SETUP_FAILED)
+        finally:
+            # Our own later children (and we) stay in our pid namespace.
+            _check(_libc.setns(own["pid"], CLONE_NEWPID), "setns(pid)")
+    except BaseException:
+        _free_netns(net)
+        raise
+    return pid, net
+
+
+def _free_netns(net):
+    if net is None:
+        return
+    if len(_NETNS_FREE) < _NETNS_KEPT:
+        _NETNS_FREE.append(net)
+    else:
+        os.close(net)
 
 
 def _send(ctl, message):
@@ -249,7 +288,9 @@ def _reap(ctl, children):
         if pid == 0:
             return
         code = os.waitstatus_to_exitcode(status)
-        request_id = children.pop(pid, None)
+        request_id, net = children.pop(pid, (None, None))
+        # Reaped: every process of its pid namespace has ended, and with them its sockets.
+        _free_netns(net)
         if request_id is not None:
             _send(ctl, {"type": "exited", "id": request_id, "status": 128 - code if code < 0 else code})
 
@@ -263,7 +304,7 @@ def _set_name(name):
 def main():
     _set_name(b"cem-zygote")
     ctl = _CTL
-    own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    own = {ns: os.open(f"/proc/self/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in ("pid", "net")}
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -288,7 +329,8 @@ def main():
             request = json.loads(message)
             if len(fds) != 4:
                 raise ValueError(f"expected 4 descriptors, got {len(fds)}")
-            _CHILDREN[_fork(request, fds, ctl, own_pid_ns)] = request["id"]
+            pid, net = _fork(request, fds, ctl, own)
+            _CHILDREN[pid] = (request["id"], net)
             reply = {"type": "forked", "id": request["id"]}
         except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
             reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None, "error": str(e)}

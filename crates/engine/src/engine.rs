@@ -544,11 +544,7 @@ impl Engine {
         // kills its process, and the session is left without one.
         let mut interp = match session.interp.take() {
             Some(interp) => interp,
-            None => {
-                let interp = self.start_interp(ready, memory_mb).await?;
-                interp.to_foreground();
-                interp
-            }
+            None => self.start_interp(ready, memory_mb, true).await?,
         };
         session.interrupted = true;
         let outcome = interp
@@ -576,15 +572,10 @@ impl Engine {
         Ok(answer)
     }
 
-    /// An interpreter for one execution (or a session): from the pool when
-    /// one fits, else started now; lifted to full CPU priority either way.
+    /// An interpreter for one execution: from the pool when one fits, else
+    /// started now; at full CPU priority either way (see `fill_pool` and
+    /// [`Zygote::fork`]).
     async fn take_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
-        let interp = self.pooled_or_new(ready, memory_mb).await?;
-        interp.to_foreground();
-        Ok(interp)
-    }
-
-    async fn pooled_or_new(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
         if memory_mb == self.options.sandbox.memory_mb {
             let mut pool = self.pool.lock().await;
             while let Some(mut interp) = pool.pop() {
@@ -596,13 +587,20 @@ impl Engine {
             }
         }
         self.refill.notify_one();
-        self.start_interp(ready, memory_mb).await
+        self.start_interp(ready, memory_mb, true).await
     }
 
-    async fn start_interp(&self, ready: &Ready, memory_mb: u64) -> Result<Interp, EngineError> {
+    /// Starts an interpreter: forked when a zygote runs, else cold.
+    /// `waited_for`: a caller waits for it (not the pool's).
+    async fn start_interp(
+        &self,
+        ready: &Ready,
+        memory_mb: u64,
+        waited_for: bool,
+    ) -> Result<Interp, EngineError> {
         let mounts = self.package_mounts(ready).await;
         if let Some(zygote) = self.zygote(ready, &mounts).await {
-            match Interp::fork(&zygote, &ready.launch, memory_mb, PROCESSES).await {
+            match Interp::fork(&zygote, &ready.launch, memory_mb, PROCESSES, waited_for).await {
                 Ok(interp) => {
                     self.fork_failures.store(0, Ordering::Relaxed);
                     return Ok(interp);
@@ -744,7 +742,7 @@ impl Engine {
         let mounts = self.package_mounts(ready).await;
         if let Some(zygote) = self.zygote(ready, &mounts).await {
             let memory = self.options.sandbox.memory_mb;
-            let mut interp = Interp::fork(&zygote, &ready.launch, memory, PROCESSES)
+            let mut interp = Interp::fork(&zygote, &ready.launch, memory, PROCESSES, true)
                 .await
                 .map_err(|e| EngineError::Start(format!("a forked sandbox failed: {e}")))?;
             interp.kill().await;
@@ -769,11 +767,16 @@ impl Engine {
                 continue;
             }
             match self
-                .start_interp(ready, self.options.sandbox.memory_mb)
+                .start_interp(ready, self.options.sandbox.memory_mb, false)
                 .await
             {
                 Ok(interp) => {
                     failures = 0;
+                    // Set up and warmed in the background; from here it only
+                    // waits (no CPU), so it waits at full priority: an
+                    // execution that takes it runs at once, with no move (a
+                    // move can block for milliseconds) in its way.
+                    interp.to_foreground().await;
                     self.pool.lock().await.push(interp);
                 }
                 Err(e) => {

@@ -423,21 +423,24 @@ impl Interp {
     }
 
     /// Forks an interpreter from `zygote` with `memory_mb` and `processes`
-    /// in a cgroup of its own, and waits for its ready line.
+    /// in a cgroup of its own, and waits for its ready line. `waited_for`:
+    /// a caller waits for it (see [`Zygote::fork`]).
     pub async fn fork(
         zygote: &Arc<Zygote>,
         launch: &Launch,
         memory_mb: u64,
         processes: u64,
+        waited_for: bool,
     ) -> Result<Interp, String> {
         let cgroup = new_cgroup(memory_mb, processes)
             .map_err(|e| format!("a forked sandbox needs its own cgroup: {e}"))?;
         let dirs = cgroup.dirs().to_vec();
         let z = zygote.clone();
-        let mut forked =
-            tokio::task::spawn_blocking(move || z.fork(&limits(memory_mb, processes), &dirs))
-                .await
-                .map_err(|e| format!("the fork task failed: {e}"))??;
+        let mut forked = tokio::task::spawn_blocking(move || {
+            z.fork(&limits(memory_mb, processes), &dirs, waited_for)
+        })
+        .await
+        .map_err(|e| format!("the fork task failed: {e}"))??;
         let pipes = (
             forked.stdin.take(),
             forked.stdout.take(),
@@ -683,20 +686,21 @@ impl Interp {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
-    /// Gives a forked interpreter full CPU priority for the work it was
-    /// taken for (it was prepared in the background group; a cold one
-    /// already has it). In the background, not awaited: the move can block
-    /// for milliseconds after a quiet spell, when the machine is idle and
-    /// priority does not matter yet.
-    pub fn to_foreground(&self) {
-        if let Proc::Forked { child, .. } = &self.child
-            && let Some(priority) = child.priority.clone()
-        {
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = priority.to_foreground() {
-                    tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
-                }
-            });
+    /// Gives a forked interpreter full CPU priority (it was set up in the
+    /// background cpu group; a cold one already has it).
+    pub fn to_foreground(&self) -> impl Future<Output = ()> + Send + 'static {
+        let priority = match &self.child {
+            Proc::Forked { child, .. } => child.priority.clone(),
+            Proc::Spawned(_) => None,
+        };
+        async move {
+            let Some(priority) = priority else {
+                return;
+            };
+            let moved = tokio::task::spawn_blocking(move || priority.to_foreground()).await;
+            if let Ok(Err(e)) = moved {
+                tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
+            }
         }
     }
 

@@ -11,10 +11,14 @@
 //! So the zygote (and with it every child it forks) is started in a
 //! low-weight cpu cgroup of its own, `code-execution-mcp/background` under
 //! the server's own (cgroup v1 `cpu.shares` 2 against 1024 by default). A
-//! child taken for an execution moves to the server's own cpu cgroup and so
-//! runs exactly as a cold sandbox does; when it is done it moves back, so
-//! its teardown is background work again. Background work still runs at full
-//! speed whenever a core is idle: the weight only orders who waits.
+//! child that is set up and warmed moves to the server's own cpu cgroup
+//! before it waits in the pool (a child someone waits for moves as soon as
+//! it exists), so an execution runs exactly as in a cold sandbox and no move
+//! stands in its way: a move can block for milliseconds after a quiet spell,
+//! while the kernel waits for an RCU grace period. A used child moves back
+//! before it is killed, so its teardown is background work again.
+//! Background work still runs at full speed whenever a core is idle: the
+//! weight only orders who waits.
 //!
 //! Only cgroup v1's `cpu` hierarchy is used. On cgroup v2 a process lives in
 //! one cgroup, and a forked child's is its own memory and pids cgroup, so

@@ -100,7 +100,7 @@ fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> 
 /// What the zygote (see [`crate::zygote`]) may do that sandboxed code may
 /// not: make mount, IPC and pid namespaces for its children and mount their
 /// private /proc, /tmp and /dev/shm. A new user namespace stays refused.
-/// Its children add the full [`build`] filter on top before any agent code
+/// Its children add [`build_zygote_child`] on top before any agent code
 /// runs (filters stack: the strictest answer wins).
 const ZYGOTE_ALLOWED: &[&str] = &["mount", "umount2", "unshare", "setns"];
 
@@ -115,6 +115,23 @@ pub fn build(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
 /// unshare(CLONE_NEWUSER) refused.
 pub fn build_zygote(allow_inet: bool) -> Result<Vec<BpfProgram>, SandboxError> {
     build_for(allow_inet, true)
+}
+
+/// What a zygote's child adds to the filters it inherits: [`ZYGOTE_ALLOWED`]
+/// refused with EPERM. Stacked on [`build_zygote`]'s, that is exactly
+/// [`build`]'s policy (a test evaluates both stacks on every syscall), and a
+/// child compiles one short program instead of the whole list again.
+pub fn build_zygote_child() -> Result<Vec<BpfProgram>, SandboxError> {
+    let rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED
+        .iter()
+        .filter(|(name, _)| ZYGOTE_ALLOWED.contains(name))
+        .map(|(_, nr)| (*nr, vec![]))
+        .collect();
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch()?)
+        .and_then(BpfProgram::try_from)
+        .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
+    Ok(vec![filter])
 }
 
 fn build_for(allow_inet: bool, zygote: bool) -> Result<Vec<BpfProgram>, SandboxError> {
@@ -271,6 +288,123 @@ mod tests {
         let programs = super::build(false).map_err(|e| e.to_string());
         let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
         assert_eq!(programs.map(|p| p.len()), Ok(expected));
+    }
+
+    use seccompiler::sock_filter;
+
+    /// seccomp_data: nr, arch, instruction pointer, then six 64-bit args.
+    fn data(nr: u32, args: [u64; 6]) -> Vec<u8> {
+        let arch: u32 = if cfg!(target_arch = "x86_64") {
+            0xc000_003e // AUDIT_ARCH_X86_64
+        } else {
+            0xc000_00b7 // AUDIT_ARCH_AARCH64
+        };
+        let mut d = Vec::with_capacity(64);
+        d.extend_from_slice(&nr.to_ne_bytes());
+        d.extend_from_slice(&arch.to_ne_bytes());
+        d.extend_from_slice(&0u64.to_ne_bytes());
+        for a in args {
+            d.extend_from_slice(&a.to_ne_bytes());
+        }
+        d
+    }
+
+    /// A classic-BPF interpreter for what seccompiler emits (and the x32
+    /// guard): loads, ALU with constants, jumps, returns.
+    fn run(program: &[sock_filter], data: &[u8]) -> u32 {
+        let (mut a, mut x, mut mem, mut pc) = (0u32, 0u32, [0u32; 16], 0usize);
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            let k = i.k;
+            match i.code {
+                0x20 => {
+                    let at = k as usize;
+                    a = u32::from_ne_bytes([data[at], data[at + 1], data[at + 2], data[at + 3]]);
+                }
+                0x00 => a = k,
+                0x01 => x = k,
+                0x60 => a = mem[k as usize],
+                0x61 => x = mem[k as usize],
+                0x02 => mem[k as usize] = a,
+                0x03 => mem[k as usize] = x,
+                0x54 => a &= k,
+                0x44 => a |= k,
+                0x04 => a = a.wrapping_add(k),
+                0x14 => a = a.wrapping_sub(k),
+                0x07 => x = a,
+                0x87 => a = x,
+                0x05 => pc += k as usize,
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let taken = match i.code {
+                        0x15 => a == k,
+                        0x25 => a > k,
+                        0x35 => a >= k,
+                        _ => a & k != 0,
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+                0x06 => return k,
+                other => panic!("the test interpreter lacks BPF opcode {other:#x}"),
+            }
+        }
+    }
+
+    /// What the kernel answers for a stack of filters: the action of the
+    /// highest precedence (lowest action bits), the latest filter's on a tie.
+    fn stacked(programs: &[&[sock_filter]], data: &[u8]) -> u32 {
+        let mut answer = u32::MAX;
+        for p in programs {
+            let r = run(p, data);
+            if (r & 0xffff_0000) <= (answer & 0xffff_0000) {
+                answer = r;
+            }
+        }
+        answer
+    }
+
+    #[test]
+    fn a_zygote_childs_stack_is_the_cold_policy_on_every_syscall() {
+        let (Ok(cold), Ok(zygote), Ok(child)) = (
+            super::build(false),
+            super::build_zygote(false),
+            super::build_zygote_child(),
+        ) else {
+            panic!("filters must compile");
+        };
+        let cold: Vec<&[sock_filter]> = cold.iter().map(Vec::as_slice).collect();
+        let stack: Vec<&[sock_filter]> = zygote.iter().chain(&child).map(Vec::as_slice).collect();
+        let zygote_only: Vec<&[sock_filter]> = zygote.iter().map(Vec::as_slice).collect();
+        // Arguments that reach every conditional rule: namespace flags, socket
+        // families, TIOCSTI, and plain values.
+        let mut values: Vec<u64> = vec![0, 1, 2, 10, 16, libc::TIOCSTI, u64::MAX];
+        values.extend(super::CLONE_NAMESPACE_FLAGS);
+        values.push(
+            super::CLONE_NAMESPACE_FLAGS
+                .iter()
+                .fold(0, |acc, f| acc | f),
+        );
+        let mut differ_from_zygote = 0;
+        for nr in (0..600u32).chain([0x4000_0000, 0x4000_0001 + 59]) {
+            for &v in &values {
+                let d = data(nr, [v, v, 0, 0, 0, 0]);
+                let want = stacked(&cold, &d);
+                assert_eq!(stacked(&stack, &d), want, "syscall {nr}, argument {v:#x}");
+                differ_from_zygote += usize::from(stacked(&zygote_only, &d) != want);
+            }
+        }
+        // The zygote alone is weaker (mount, umount2, unshare, setns): the check can fail.
+        assert!(differ_from_zygote >= 4, "{differ_from_zygote}");
+        // And the cold policy refuses what it must.
+        let eperm = 0x0005_0000 | libc::EPERM as u32;
+        for nr in [
+            libc::SYS_mount,
+            libc::SYS_setns,
+            libc::SYS_unshare,
+            libc::SYS_ptrace,
+        ] {
+            assert_eq!(stacked(&cold, &data(nr as u32, [0; 6])), eperm, "{nr}");
+        }
     }
 
     #[test]

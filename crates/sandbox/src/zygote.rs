@@ -8,16 +8,18 @@
 //! child it:
 //! 1. makes a new pid namespace for it (the child is its pid 1: it cannot
 //!    see, trace or signal its siblings or the zygote);
-//! 2. in the child: new mount and IPC namespaces (and a network namespace
-//!    when Landlock cannot scope abstract unix sockets), a fresh /proc, and
-//!    private tmpfs /tmp and /dev/shm;
+//! 2. in the child: new mount and IPC namespaces, a network namespace no
+//!    live sibling has (with the network off; one an ended child had is
+//!    reused, see `cem_zygote.py`), a fresh /proc, and private tmpfs /tmp
+//!    and /dev/shm;
 //! 3. tells the host it exists over a socket that carries its pid
 //!    (`SO_PASSCRED`), so the host opens a pidfd and moves it into its own
 //!    memory and pids cgroup before it runs anything;
 //! 4. sets its rlimits, keeps only its three stdio descriptors, empties its
-//!    capabilities, and applies the same Landlock ruleset and seccomp
-//!    filters as a cold sandbox (from the [`ChildPlan`] computed here, so
-//!    there is one definition of each), and only then reads the code.
+//!    capabilities, applies the same Landlock ruleset as a cold sandbox and
+//!    stacks on the zygote's seccomp filters the one that makes them the
+//!    cold sandbox's policy (from the [`ChildPlan`] computed here, so there
+//!    is one definition of each), and only then reads the code.
 //!
 //! Each child is forked from the zygote, never from a child that ran code,
 //! so nothing of an earlier execution is in its memory.
@@ -56,7 +58,9 @@ const STDERR_TAIL: usize = 4096;
 pub struct ChildPlan {
     /// Landlock, when the kernel has it.
     pub landlock: Option<LandlockPlan>,
-    /// The seccomp programs, each as hex of its `sock_filter` array.
+    /// The seccomp programs each child stacks on the zygote's (which it
+    /// inherits), each as hex of its `sock_filter` array: together, the
+    /// cold sandbox's policy.
     pub seccomp: Vec<String>,
     /// Give each child its own network namespace (when siblings could
     /// otherwise reach each other's abstract unix sockets).
@@ -98,7 +102,7 @@ fn kernel_landlock_abi() -> i32 {
 }
 
 /// The plan for the children of a zygote started with `spec`: the rules of
-/// [`crate::landlock_rules`] and the filters of [`seccomp::build`].
+/// [`crate::landlock_rules`] and [`seccomp::build_zygote_child`].
 pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
     let kernel = kernel_landlock_abi();
     // The cold path asks for ABI 6 at most (best effort): the same here.
@@ -133,7 +137,9 @@ pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
             rules,
         }
     });
-    let seccomp = seccomp::build(spec.network)?
+    // The zygote's own filters stay on every child; the child adds what
+    // makes them the cold sandbox's policy.
+    let seccomp = seccomp::build_zygote_child()?
         .iter()
         .map(|program| {
             program
@@ -153,7 +159,9 @@ pub fn child_plan(spec: &Spec) -> Result<ChildPlan, SandboxError> {
     Ok(ChildPlan {
         // Unix sockets (abstract names, and what /proc/net/unix lists) live
         // in the network namespace: a child shares one with its siblings
-        // only when the sandbox shares the host's anyway (network on).
+        // only when the sandbox shares the host's anyway (network on). An
+        // ended child's is reused by a later one (the zygote says why
+        // that is as good as new).
         new_net: !spec.network,
         landlock,
         seccomp,
@@ -545,7 +553,17 @@ impl Zygote {
     /// Forks a child with `limits`, moved into the cgroup directories
     /// `cgroups` (made by the caller) before it runs anything. Blocking:
     /// call it off the async runtime.
-    pub fn fork(&self, limits: &Limits, cgroups: &[PathBuf]) -> Result<Forked, String> {
+    ///
+    /// With `waited_for` (someone waits for this child now, the pool had
+    /// none), the child leaves the background cpu group with its cgroups,
+    /// before its set-up and warm-up: only a pool's children are prepared
+    /// in the background.
+    pub fn fork(
+        &self,
+        limits: &Limits,
+        cgroups: &[PathBuf],
+        waited_for: bool,
+    ) -> Result<Forked, String> {
         if !self.alive() {
             return Err(self.failed("has stopped"));
         }
@@ -640,6 +658,12 @@ impl Zygote {
         for dir in cgroups {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
                 .map_err(|e| format!("move a forked sandbox into {}: {e}", dir.display()))?;
+        }
+        if let (true, Some(priority)) = (waited_for, &forked.priority)
+            && let Err(e) = priority.to_foreground()
+        {
+            // It still runs, slower only while the machine is busy.
+            tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
         }
         let iov = [IoSlice::new(b"g")];
         sys(
@@ -764,15 +788,15 @@ mod tests {
     }
 
     #[test]
-    fn children_get_the_cold_sandboxs_filters_and_rules() {
+    fn children_get_the_cold_sandboxs_rules_and_the_filters_that_complete_the_zygotes() {
         let Ok(plan) = child_plan(&spec(false)) else {
             panic!("the plan must build");
         };
-        let Ok(cold) = seccomp::build(false) else {
+        let Ok(delta) = seccomp::build_zygote_child() else {
             panic!("the filters must build");
         };
-        assert_eq!(plan.seccomp.len(), cold.len());
-        for (hex, program) in plan.seccomp.iter().zip(&cold) {
+        assert_eq!(plan.seccomp.len(), delta.len());
+        for (hex, program) in plan.seccomp.iter().zip(&delta) {
             assert_eq!(
                 hex.len(),
                 program.len() * 16,
