@@ -102,17 +102,28 @@ async def test_a_child_runs_with_every_layer_of_a_cold_sandbox(data_dir: Path):
 async def test_a_child_keeps_nothing_of_an_earlier_execution(data_dir: Path):
     a, b = secrets.token_hex(8).encode(), secrets.token_hex(8).encode()
     async with Client(stdio_params(data_dir)) as client:
-        leave = ("import builtins, json, os\nkept = (a + b) * 1000\nbuiltins.cem_left = kept\njson.cem_left = kept\n"
-                 "open('/tmp/left', 'wb').write(kept)\nopen('/dev/shm/left', 'wb').write(kept)\nresult = len(kept)")
+        leave = ("import builtins, json, os, socket\nkept = (a + b) * 1000\nbuiltins.cem_left = kept\njson.cem_left = kept\n"
+                 "open('/tmp/left', 'wb').write(kept)\nopen('/dev/shm/left', 'wb').write(kept)\n"
+                 # An abstract unix socket, open when the sandbox is killed: its network namespace goes to a
+                 # later child, which must find it empty.
+                 "builtins.cem_sock = socket.socket(socket.AF_UNIX)\nbuiltins.cem_sock.bind(b'\\0' + a)\n"
+                 "builtins.cem_sock.listen()\nresult = [len(kept), os.readlink('/proc/self/ns/net')]")
         ctx = {"a": a.decode(), "b": b.decode()}
         first = await run(client, "a, b = a.encode(), b.encode()\n" + leave, context_vars=ctx)
-        assert first["result"] == 32000
-        for _ in range(3):  # the pool's interpreters, then freshly forked ones
+        assert first["result"][0] == 32000
+        namespaces = []
+        for _ in range(6):  # the pool's interpreters, then freshly forked ones (in reused network namespaces)
             check = ("a, b = a.encode(), b.encode()\n" + SCAN_MEMORY +
-                     "import builtins, json, os\nresult = {'hits': hits, 'builtins': hasattr(builtins, 'cem_left'),"
-                     " 'json': hasattr(json, 'cem_left'), 'tmp': os.listdir('/tmp'), 'shm': os.listdir('/dev/shm')}")
-            body = await run(client, check, context_vars=ctx)
-            assert body["result"] == {"hits": 0, "builtins": False, "json": False, "tmp": [], "shm": []}
+                     "import builtins, json, os, socket\nresult = {'hits': hits, 'builtins': hasattr(builtins, 'cem_left'),"
+                     " 'json': hasattr(json, 'cem_left'), 'tmp': os.listdir('/tmp'), 'shm': os.listdir('/dev/shm'),"
+                     " 'listed': a.decode() in open('/proc/net/unix').read()}\n"
+                     "s = socket.socket(socket.AF_UNIX)\ns.bind(b'\\0' + a)\nresult['bound'] = True")
+            body = await run(client, check + "\nresult['net'] = os.readlink('/proc/self/ns/net')", context_vars=ctx)
+            namespaces.append(body["result"].pop("net"))
+            assert body["result"] == {"hits": 0, "builtins": False, "json": False, "tmp": [], "shm": [],
+                                      "listed": False, "bound": True}
+        # The first execution's network namespace went to a later child (so that case was checked).
+        assert first["result"][1] in namespaces, (first["result"][1], namespaces)
         # The scan does find what its own execution holds (the test can fail).
         body = await run(client, "a, b = a.encode(), b.encode()\nheld = (a + b) * 3\n" + SCAN_MEMORY + "result = hits",
                          context_vars=ctx)
