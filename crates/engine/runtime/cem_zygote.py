@@ -32,8 +32,8 @@ import traceback
 # The host's first message on fd 0: what each child applies to itself.
 _CTL = socket.socket(fileno=0)
 _PLAN = json.loads(_CTL.recv(1 << 20))
-# Children forked and not yet reaped: zygote pid -> (request id, its network namespace or None); emptied
-# in each child.
+# Children forked and not yet reaped: zygote pid -> (request id, its network namespace or None, its pidfd);
+# emptied in each child.
 _CHILDREN = {}
 # Network namespaces of children that have ended, for later children (see _take_netns).
 _NETNS_FREE = []
@@ -208,8 +208,6 @@ def _child(request, fds, ctl, net):
         os.dup2(stderr_w, 2)  # set-up errors reach the host
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "parent-death signal")
         _set_name(b"cem-sandbox")
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         ctl.detach()
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(mount, ipc)")
         if net is not None:
@@ -279,20 +277,18 @@ def _send(ctl, message):
     ctl.send(json.dumps(message).encode())
 
 
-def _reap(ctl, children):
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _reap(ctl, pid):
+    """Reaps a child whose pidfd said it ended and tells the host."""
+    request_id, net, pidfd = _CHILDREN.pop(pid)
+    os.close(pidfd)
+    try:
+        _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        request_id, net = children.pop(pid, (None, None))
-        # Reaped: every process of its pid namespace has ended, and with them its sockets.
-        _free_netns(net)
-        if request_id is not None:
-            _send(ctl, {"type": "exited", "id": request_id, "status": 128 - code if code < 0 else code})
+    except ChildProcessError:
+        code = -signal.SIGKILL
+    # Reaped: every process of its pid namespace has ended, and with them its sockets.
+    _free_netns(net)
+    _send(ctl, {"type": "exited", "id": request_id, "status": 128 - code if code < 0 else code})
 
 
 def _set_name(name):
@@ -305,40 +301,45 @@ def main():
     _set_name(b"cem-zygote")
     ctl = _CTL
     own = {ns: os.open(f"/proc/self/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC) for ns in ("pid", "net")}
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
+    # Children are watched through pidfds, not SIGCHLD: no handler for a child to undo after the fork.
+    poller = select.poll()
+    poller.register(ctl, select.POLLIN)
+    watched = {}  # pidfd -> pid
     _send(ctl, {"type": "ready"})
     while True:
-        readable, _, _ = select.select([ctl, wake_r], [], [])
-        if wake_r in readable:
-            while True:
+        for fd, _ in poller.poll():
+            if fd in watched:
+                poller.unregister(fd)
+                _reap(ctl, watched.pop(fd))
+                continue
+            message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
+            if not message:
+                return  # the host is gone: so are we, and with our pid namespace every child
+            request = None
+            try:
+                request = json.loads(message)
+                if len(fds) != 4:
+                    raise ValueError(f"expected 4 descriptors, got {len(fds)}")
+                pid, net = _fork(request, fds, ctl, own)
                 try:
-                    if not os.read(wake_r, 512):
-                        break
-                except BlockingIOError:
-                    break
-        _reap(ctl, _CHILDREN)
-        if ctl not in readable:
-            continue
-        message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
-        if not message:
-            return  # the host is gone: so are we, and with our pid namespace every child
-        request = None
-        try:
-            request = json.loads(message)
-            if len(fds) != 4:
-                raise ValueError(f"expected 4 descriptors, got {len(fds)}")
-            pid, net = _fork(request, fds, ctl, own)
-            _CHILDREN[pid] = (request["id"], net)
-            reply = {"type": "forked", "id": request["id"]}
-        except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
-            reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None, "error": str(e)}
-        # Our copies go before the answer: once the host has it, the child holds the only hello socket,
-        # so the host can tell from it whether the child (and so its pid) is still there.
-        for fd in fds:
-            os.close(fd)
-        _send(ctl, reply)
-
+                    pidfd = os.pidfd_open(pid)
+                except OSError:
+                    # Unwatched it could not be reaped: it goes now, before it was released.
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    _free_netns(net)
+                    raise
+                _CHILDREN[pid] = (request["id"], net, pidfd)
+                watched[pidfd] = pid
+                poller.register(pidfd, select.POLLIN)
+                reply = {"type": "forked", "id": request["id"]}
+            except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
+                reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None,
+                         "error": str(e)}
+            # Our copies go before the answer: once the host has it, the child holds the only hello socket,
+            # so the host can tell from it whether the child (and so its pid) is still there.
+            for fd in fds:
+                os.close(fd)
+            _send(ctl, reply)
 
 main()
