@@ -78,6 +78,11 @@ async def test_fresh_sandboxes_are_forked_from_a_zygote(data_dir: Path):
         # Pid 1 of its own pid namespace: forked, not started by the cold launcher (whose program is pid 2).
         assert body["result"] == 1
         assert (await sandbox_stats(client))["fresh_sandbox"]["path"] == "zygote"
+        # A forked child costs about 1 MB waiting: by default the pool keeps four, and fills up to them.
+        with anyio.fail_after(20):
+            while (stats := await sandbox_stats(client))["pool_ready"] < 4:
+                await anyio.sleep(0.1)
+        assert stats["pool_target"] == 4 and stats["pool_ready"] == 4, stats
 
 
 async def test_a_child_runs_with_every_layer_of_a_cold_sandbox(data_dir: Path):
@@ -233,6 +238,7 @@ async def test_the_cold_path_runs_when_asked_and_says_why(data_dir: Path, tmp_pa
         assert body["result"] == [2, []]
         stats = await sandbox_stats(client)
         assert stats["fresh_sandbox"] == {"path": "cold", "reason": "sandbox.zygote is false"}
+        assert stats["pool_target"] == 2  # a whole interpreter each: fewer kept by default
 
 
 def test_doctor_says_how_fresh_sandboxes_start(data_dir: Path, tmp_path: Path):
@@ -382,8 +388,8 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
             zygotes, children = named(tree, "cem-zygote"), named(tree, "cem-sandbox")
             places = [cpu_cgroup(p) for p in children]
             # The zygote, and so every child it forks, in the background group; a child that is set up (the
-            # session's, the pool's two) waits in the server's own, so an execution that takes it runs at once.
-            if zygotes and places == [own] * 3:
+            # session's, the pool's four) waits in the server's own, so an execution that takes it runs at once.
+            if zygotes and places == [own] * 5:
                 break
             assert time.monotonic() < deadline, (zygotes, places, own)
             await anyio.sleep(0.1)

@@ -290,7 +290,7 @@ fn fresh_sandbox_check(config: &cem_config::Config, data_dir: &Path) -> Check {
         return check(Status::Warn, format!("cannot prepare the check: {e}"));
     }
     let mut sandbox = config.sandbox.clone();
-    sandbox.pool_size = 0;
+    sandbox.pool_size = Some(0);
     let engine = cem_engine::Engine::new(cem_engine::EngineOptions {
         data_dir: data_dir.to_path_buf(),
         workspace,

@@ -69,7 +69,7 @@ pub fn one_off_state(
     mode: cem_server::RunMode,
 ) -> anyhow::Result<std::sync::Arc<cem_server::AppState>> {
     let data_dir = data_dir(cli)?;
-    config.sandbox.pool_size = 0;
+    config.sandbox.pool_size = Some(0);
     // One command, one sandbox (or a few): starting a zygote would cost more than it saves.
     config.sandbox.zygote = false;
     let exe = std::env::current_exe().context("cannot find our own executable")?;

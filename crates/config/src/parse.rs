@@ -413,7 +413,7 @@ impl Cx<'_> {
                     s.pool_size = self
                         .positive(&key, v, 0, 64, "interpreters")
                         .and_then(|n| u32::try_from(n).ok())
-                        .unwrap_or(s.pool_size)
+                        .or(s.pool_size)
                 }
                 "max_output_chars" => {
                     s.max_output_chars = self

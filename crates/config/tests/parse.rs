@@ -60,7 +60,7 @@ fn claude_desktop_style_config_parses() -> Result<(), ConfigError> {
     assert!(c.servers["off"].disabled);
     assert_eq!(c.sandbox.timeout_seconds, 10);
     assert_eq!(c.sandbox.memory_mb, 256);
-    assert_eq!(c.sandbox.pool_size, 4);
+    assert_eq!(c.sandbox.pool_size, Some(4));
     assert_eq!(c.pii.mode, PiiMode::Manual);
     assert_eq!(c.pii.types, vec![PiiType::Email, PiiType::Ip]);
     // The disabled server's unset variable is a warning, not a refusal.

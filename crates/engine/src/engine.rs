@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use cem_config::SandboxConfig;
+use cem_config::{POOL_COLD, POOL_FORKED, SandboxConfig};
 use cem_packages::{EnvState, Packages};
 use cem_sandbox::Layers;
 use serde_json::{Value, json};
@@ -293,6 +293,7 @@ impl Engine {
                     }
                     obj.insert("packages".into(), self.packages_status(ready));
                     obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
+                    obj.insert("pool_target".into(), json!(self.pool_target(ready)));
                     obj.insert(
                         "sessions".into(),
                         json!(self.sessions.count(&self.options.tenant).await),
@@ -750,12 +751,22 @@ impl Engine {
         Ok(self.start_path(ready).await)
     }
 
-    /// Keeps `pool_size` ready interpreters, refilling when one is taken.
+    /// How many ready interpreters the pool keeps: `sandbox.pool_size`, or
+    /// by default more when they are forked (cheap) than when cold.
+    fn pool_target(&self, ready: &Ready) -> u32 {
+        let forked = ready.zygote_off.is_none();
+        self.options
+            .sandbox
+            .pool_size
+            .unwrap_or(if forked { POOL_FORKED } else { POOL_COLD })
+    }
+
+    /// Keeps `pool_target` ready interpreters, refilling when one is taken.
     async fn fill_pool(&self) {
-        let target = self.options.sandbox.pool_size as usize;
         let Ok(ready) = self.prepare().await else {
             return;
         };
+        let target = self.pool_target(ready) as usize;
         if matches!(ready.mode, SandboxMode::Unavailable { .. }) || target == 0 {
             return;
         }

@@ -54,6 +54,7 @@ pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
             "timeout_seconds": config.sandbox.timeout_seconds,
             "memory_mb": config.sandbox.memory_mb,
             "max_output_chars": config.sandbox.max_output_chars,
+            // null: the default for how sandboxes start (sandbox.pool_target says which).
             "pool_size": config.sandbox.pool_size,
             "max_timeout_seconds": config.sandbox.max_timeout_seconds,
             "max_memory_mb": config.sandbox.max_memory_mb,
