@@ -95,7 +95,8 @@ async def test_a_child_runs_with_every_layer_of_a_cold_sandbox(data_dir: Path):
     zero = "0000000000000000"
     assert [r[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")] == [zero] * 5, r
     assert r["NoNewPrivs"] == "1" and r["Seccomp"] == "2"
-    assert r["filters"] >= 4, r  # the zygote's three, and the one that makes them the cold policy
+    # The zygote's (three on x86_64, with the x32 guard; two elsewhere), and the one that makes them the cold policy.
+    assert r["filters"] >= (4 if __import__("platform").machine() == "x86_64" else 3), r
     assert r["uid"] != 0
     mounts = [line.split() for line in r["mounts"].splitlines()]
     # Its own /proc and private /tmp and /dev/shm are the last mounts on those paths: they cover the zygote's.
@@ -109,10 +110,14 @@ async def test_a_child_keeps_nothing_of_an_earlier_execution(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         leave = ("import builtins, json, os, socket\nkept = (a + b) * 1000\nbuiltins.cem_left = kept\njson.cem_left = kept\n"
                  "open('/tmp/left', 'wb').write(kept)\nopen('/dev/shm/left', 'wb').write(kept)\n"
-                 # An abstract unix socket, open when the sandbox is killed: its network namespace goes to a
-                 # later child, which must find it empty.
+                 # An abstract unix socket, open when the sandbox is killed, and another that outlives every
+                 # process: sent over a socket pair inside a cycle of descriptors, in flight until the kernel's
+                 # collector runs. The network namespace may go to a later child, which must find it empty.
                  "builtins.cem_sock = socket.socket(socket.AF_UNIX)\nbuiltins.cem_sock.bind(b'\\0' + a)\n"
-                 "builtins.cem_sock.listen()\nresult = [len(kept), os.readlink('/proc/self/ns/net')]")
+                 "builtins.cem_sock.listen()\nlost = socket.socket(socket.AF_UNIX)\nlost.bind(b'\\0' + a + b'-lost')\n"
+                 "x, y = socket.socketpair()\nsocket.send_fds(x, [b'.'], [lost.fileno(), y.fileno()])\n"
+                 "socket.send_fds(y, [b'.'], [x.fileno()])\nlost.close(); x.close(); y.close()\n"
+                 "result = [len(kept), os.readlink('/proc/self/ns/net')]")
         ctx = {"a": a.decode(), "b": b.decode()}
         first = await run(client, "a, b = a.encode(), b.encode()\n" + leave, context_vars=ctx)
         assert first["result"][0] == 32000
@@ -122,7 +127,8 @@ async def test_a_child_keeps_nothing_of_an_earlier_execution(data_dir: Path):
                      "import builtins, json, os, socket\nresult = {'hits': hits, 'builtins': hasattr(builtins, 'cem_left'),"
                      " 'json': hasattr(json, 'cem_left'), 'tmp': os.listdir('/tmp'), 'shm': os.listdir('/dev/shm'),"
                      " 'listed': a.decode() in open('/proc/net/unix').read()}\n"
-                     # Each execution leaves a socket of its own too: every reused namespace had one.
+                     # The first execution's name is free; each execution leaves a socket of its own too.
+                     "free = socket.socket(socket.AF_UNIX)\nfree.bind(b'\\0' + a)\nfree.close()\n"
                      f"builtins.cem_sock = socket.socket(socket.AF_UNIX)\nbuiltins.cem_sock.bind(b'\\0' + a + b'{i}')\n"
                      "result['net'] = os.readlink('/proc/self/ns/net')")
             body = await run(client, check, context_vars=ctx)
@@ -394,6 +400,7 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
             assert time.monotonic() < deadline, (zygotes, places, own)
             await anyio.sleep(0.1)
         assert {cpu_cgroup(z) for z in zygotes} == {background}
-        assert Path(f"/sys/fs/cgroup/cpu{background}/cpu.shares").read_text().strip() == "2"
+        shares = int(Path(f"/sys/fs/cgroup/cpu{background}/cpu.shares").read_text())
+        assert 2 <= shares <= 128, shares  # a small fraction of the 1024 every other process has
         assert (await sandbox_stats(client))["fresh_sandbox"] == {
-            "path": "zygote", "preparation": "background cpu priority (cgroup v1 cpu.shares 2)"}
+            "path": "zygote", "preparation": f"background cpu priority (cgroup v1 cpu.shares {shares})"}

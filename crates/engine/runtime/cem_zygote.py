@@ -181,22 +181,42 @@ def _seccomp():
 
 
 def _take_netns(own_net_ns):
-    """A network namespace for one child: one an ended child had, or a new one.
+    """A network namespace for one child: one an ended child had, if it is empty, or a new one.
 
     Making a network namespace costs more than the rest of a fork (and more again when the kernel tears it
-    down), so an ended child's is reused. It is as good as new: with the network off a sandbox can make
-    only unix sockets (seccomp), cannot configure the namespace (no capability in it), and a namespace
-    is reused only once the child that had it is reaped, which for the pid 1 of a pid namespace means
-    that every process in it has ended and so every socket it made is closed. Two children never share
-    one, so siblings still cannot reach or list each other's abstract sockets.
+    down), so an ended child's is reused. With the network off a sandbox can make only unix sockets
+    (seccomp) and cannot configure the namespace (no capability in it), and a namespace goes back to the
+    free list only once the child that had it is reaped, which for the pid 1 of a pid namespace means
+    that every process in it has ended. A socket can still outlive them all, kept in flight by a cycle of
+    descriptors sent over unix sockets until the kernel's collector runs: so a namespace is taken again
+    only if it lists no unix socket at all, else it is dropped for a new one. Two children never share
+    one, so siblings cannot reach or list each other's abstract sockets.
     """
-    if _NETNS_FREE:
-        return _NETNS_FREE.pop()
+    while _NETNS_FREE:
+        net = _NETNS_FREE.pop()
+        if _netns_is_empty(net, own_net_ns):
+            return net
+        os.close(net)
     _check(_libc.unshare(CLONE_NEWNET), "unshare(net)")
     try:
         return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         _check(_libc.setns(own_net_ns, CLONE_NEWNET), "setns(net)")
+
+
+def _netns_is_empty(net, own_net_ns):
+    """Whether network namespace `net` holds no unix socket (its /proc/net/unix is the header alone)."""
+    _check(_libc.setns(net, CLONE_NEWNET), "setns(net)")
+    try:
+        with open("/proc/thread-self/net/unix", "rb") as f:
+            return f.read().count(b"\n") <= 1
+    finally:
+        _check(_libc.setns(own_net_ns, CLONE_NEWNET), "setns(net)")
+
+
+def _pidfd_open(pid):
+    """pidfd_open(2) by its number (434 on every architecture), for interpreters without os.pidfd_open."""
+    return _check(_libc.syscall(ctypes.c_long(434), ctypes.c_int(pid), ctypes.c_uint(0)), "pidfd_open")
 
 
 def _child(request, fds, ctl, net):
@@ -245,7 +265,10 @@ def _child(request, fds, ctl, net):
 
 
 def _fork(request, fds, ctl, own):
+    """Forks one child; (pid, its network namespace, its pidfd). Nothing is left behind on failure: a
+    child that was forked is killed and reaped before the error goes on."""
     net = _take_netns(own["net"]) if _PLAN["new_net"] else None
+    pid = None
     try:
         _check(_libc.unshare(CLONE_NEWPID), "unshare(pid)")
         try:
@@ -258,10 +281,14 @@ def _fork(request, fds, ctl, own):
         finally:
             # Our own later children (and we) stay in our pid namespace.
             _check(_libc.setns(own["pid"], CLONE_NEWPID), "setns(pid)")
+        return pid, net, _pidfd_open(pid)
     except BaseException:
+        if pid:
+            # Not yet released by the host (it waits for our answer): it has run nothing.
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         _free_netns(net)
         raise
-    return pid, net
 
 
 def _free_netns(net):
@@ -318,21 +345,14 @@ def main():
             request = None
             try:
                 request = json.loads(message)
-                if len(fds) != 4:
-                    raise ValueError(f"expected 4 descriptors, got {len(fds)}")
-                pid, net = _fork(request, fds, ctl, own)
-                try:
-                    pidfd = os.pidfd_open(pid)
-                except OSError:
-                    # Unwatched it could not be reaped: it goes now, before it was released.
-                    os.kill(pid, signal.SIGKILL)
-                    os.waitpid(pid, 0)
-                    _free_netns(net)
-                    raise
-                _CHILDREN[pid] = (request["id"], net, pidfd)
+                request_id, limits = request["id"], request["limits"]  # checked before anything is forked
+                if len(fds) != 4 or not isinstance(limits, dict):
+                    raise ValueError(f"expected 4 descriptors and limits, got {len(fds)} and {limits!r}")
+                pid, net, pidfd = _fork(request, fds, ctl, own)
+                _CHILDREN[pid] = (request_id, net, pidfd)
                 watched[pidfd] = pid
                 poller.register(pidfd, select.POLLIN)
-                reply = {"type": "forked", "id": request["id"]}
+                reply = {"type": "forked", "id": request_id}
             except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
                 reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None,
                          "error": str(e)}

@@ -293,7 +293,7 @@ impl Engine {
                     }
                     obj.insert("packages".into(), self.packages_status(ready));
                     obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
-                    obj.insert("pool_target".into(), json!(self.pool_target(ready)));
+                    obj.insert("pool_target".into(), json!(self.pool_target(ready).await));
                     obj.insert(
                         "sessions".into(),
                         json!(self.sessions.count(&self.options.tenant).await),
@@ -424,7 +424,7 @@ impl Engine {
                     )
                     .await;
                 // One execution per interpreter: never reused.
-                tokio::spawn(async move { interp.kill().await });
+                tokio::spawn(interp.retire());
                 self.refill.notify_one();
                 match outcome {
                     Ok(msg) => ExecAnswer::from_runtime(&msg, cap),
@@ -646,8 +646,13 @@ impl Engine {
         if ready.zygote_off.is_some() {
             return None;
         }
+        let cfg = &self.options.sandbox;
+        // The zygote holds a pidfd and a network namespace for each live
+        // child (every session's, the pool's, the running ones'), and keeps
+        // up to 16 spare namespaces.
+        let live = u64::from(cfg.max_sessions) + u64::from(cfg.max_concurrent) + 64;
         let spec =
-            crate::process::zygote_spec(&ready.launch, mounts, self.options.sandbox.max_memory_mb);
+            crate::process::zygote_spec(&ready.launch, mounts, cfg.max_memory_mb, 2 * live + 64);
         let mut slot = self.zygote.lock().await;
         let died = match &slot.0 {
             ZygoteSlot::Off(_, retry) if Instant::now() < *retry => return None,
@@ -718,7 +723,10 @@ impl Engine {
         match &self.zygote.lock().await.0 {
             ZygoteSlot::Running(z, _, _) if z.alive() => {
                 let preparation = if z.prioritized() {
-                    "background cpu priority (cgroup v1 cpu.shares 2)".to_string()
+                    format!(
+                        "background cpu priority (cgroup v1 cpu.shares {})",
+                        cem_sandbox::BACKGROUND_SHARES
+                    )
                 } else {
                     match CpuPriority::get() {
                         Err(why) => format!("full cpu priority: {why}"),
@@ -753,8 +761,9 @@ impl Engine {
 
     /// How many ready interpreters the pool keeps: `sandbox.pool_size`, or
     /// by default more when they are forked (cheap) than when cold.
-    fn pool_target(&self, ready: &Ready) -> u32 {
-        let forked = ready.zygote_off.is_none();
+    async fn pool_target(&self, ready: &Ready) -> u32 {
+        let forked = ready.zygote_off.is_none()
+            && !matches!(&self.zygote.lock().await.0, ZygoteSlot::Off(_, retry) if Instant::now() < *retry);
         self.options
             .sandbox
             .pool_size
@@ -766,12 +775,15 @@ impl Engine {
         let Ok(ready) = self.prepare().await else {
             return;
         };
-        let target = self.pool_target(ready) as usize;
-        if matches!(ready.mode, SandboxMode::Unavailable { .. }) || target == 0 {
+        if matches!(ready.mode, SandboxMode::Unavailable { .. })
+            || self.options.sandbox.pool_size == Some(0)
+        {
             return;
         }
         let mut failures = 0u32;
         loop {
+            // Fewer when sandboxes start cold for a while (the zygote stopped).
+            let target = self.pool_target(ready).await as usize;
             let have = self.pool.lock().await.len();
             if have >= target {
                 self.refill.notified().await;

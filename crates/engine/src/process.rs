@@ -338,7 +338,17 @@ fn limits(memory_mb: u64, processes: u64) -> Limits {
 
 /// The sandbox a zygote runs in: the same as an interpreter's, with the
 /// largest memory any execution may ask for (each child sets its own).
-pub fn zygote_spec(launch: &Launch, packages: &PackageMounts, max_memory_mb: u64) -> Spec {
+/// The zygote's sandbox: `open_files` is what it needs for its children's
+/// descriptors (each child sets its own limit), within the host's ceiling.
+pub fn zygote_spec(
+    launch: &Launch,
+    packages: &PackageMounts,
+    max_memory_mb: u64,
+    open_files: u64,
+) -> Spec {
+    let ceiling = cem_sandbox::open_files_ceiling();
+    let mut limits = limits(max_memory_mb, Limits::default().processes);
+    limits.open_files = open_files.max(limits.open_files).min(ceiling);
     let mut spec = sandbox_spec(
         launch,
         packages,
@@ -346,7 +356,7 @@ pub fn zygote_spec(launch: &Launch, packages: &PackageMounts, max_memory_mb: u64
         // The launcher gives a zygote no RLIMIT_NPROC and no RLIMIT_CPU
         // (each child sets its own, and is counted by its pids cgroup):
         // only the memory ceiling applies to it.
-        limits(max_memory_mb, Limits::default().processes),
+        limits,
         Vec::new(),
     );
     spec.zygote = true;
@@ -704,17 +714,23 @@ impl Interp {
         }
     }
 
-    /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
-    /// A forked child is first moved to the background cpu group: tearing
-    /// its memory down is not work anyone waits for.
-    pub async fn kill(&mut self) {
-        if let Some(w) = self.watchdog.take() {
-            w.abort();
-        }
+    /// Ends an interpreter whose end nobody waits for (a session-less
+    /// execution's, once answered): a forked one's interpreter first moves to
+    /// the background cpu group, so tearing its memory down takes only CPU
+    /// that nothing else wants.
+    pub async fn retire(mut self) {
         if let Proc::Forked { child, .. } = &self.child
             && let Some(priority) = child.priority.clone()
         {
             let _ = tokio::task::spawn_blocking(move || priority.to_background()).await;
+        }
+        self.kill().await;
+    }
+
+    /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
+    pub async fn kill(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.abort();
         }
         self.child.start_kill();
         let _ = self.child.wait().await;

@@ -10,13 +10,14 @@
 //!
 //! So the zygote (and with it every child it forks) is started in a
 //! low-weight cpu cgroup of its own, `code-execution-mcp/background` under
-//! the server's own (cgroup v1 `cpu.shares` 2 against 1024 by default). A
+//! the server's own (cgroup v1 `cpu.shares` [`BACKGROUND_SHARES`] against
+//! 1024 for every other process). A
 //! child that is set up and warmed moves to the server's own cpu cgroup
 //! before it waits in the pool (a child someone waits for moves as soon as
 //! it exists), so an execution runs exactly as in a cold sandbox and no move
 //! stands in its way: a move can block for milliseconds after a quiet spell,
-//! while the kernel waits for an RCU grace period. A used child moves back
-//! before it is killed, so its teardown is background work again.
+//! while the kernel waits for an RCU grace period. A used child's interpreter
+//! moves back before it is killed, so its teardown is background work again.
 //! Background work still runs at full speed whenever a core is idle: the
 //! weight only orders who waits.
 //!
@@ -38,8 +39,12 @@ pub struct CpuPriority {
     foreground: PathBuf,
 }
 
-/// `cpu.shares` of the background group: the kernel's minimum.
-const BACKGROUND_SHARES: &str = "2";
+/// `cpu.shares` of the background group, against the 1024 of every other
+/// process: small enough that a running execution rarely waits for the next
+/// sandbox's preparation, large enough that a fork still gets through in
+/// well under a second while every core is busy with executions (at the
+/// kernel's minimum of 2 it could starve past the fork timeout).
+pub const BACKGROUND_SHARES: u32 = 64;
 
 impl CpuPriority {
     /// The server's cpu priority groups, made once per process; Err says
@@ -71,10 +76,18 @@ impl CpuPriority {
             ));
         }
         let foreground = mount.join(rel.trim_start_matches('/'));
+        // In a container without its own cgroup namespace the path names a
+        // cgroup of the host's tree that is not mounted here: none is made.
+        if !foreground.join("cgroup.procs").is_file() {
+            return Err(format!(
+                "our cpu cgroup {rel} is not under {}",
+                mount.display()
+            ));
+        }
         let background = foreground.join(crate::cgroup::PARENT).join("background");
         fs::create_dir_all(&background)
             .map_err(|e| format!("cannot create {}: {e}", background.display()))?;
-        fs::write(background.join("cpu.shares"), BACKGROUND_SHARES)
+        fs::write(background.join("cpu.shares"), BACKGROUND_SHARES.to_string())
             .map_err(|e| format!("cannot set {}/cpu.shares: {e}", background.display()))?;
         Ok(CpuPriority {
             background: background.join("cgroup.procs"),
@@ -87,6 +100,12 @@ impl CpuPriority {
     /// it runs anything).
     pub fn background_procs(&self) -> &Path {
         &self.background
+    }
+
+    /// Whether process `pid` is in the background group.
+    pub fn holds(&self, pid: u32) -> bool {
+        fs::read_to_string(&self.background)
+            .is_ok_and(|procs| procs.lines().any(|l| l.trim() == pid.to_string()))
     }
 
     /// Moves process `pid` to the server's own cpu cgroup (full priority).
@@ -139,6 +158,13 @@ mod tests {
             panic!("the fake hierarchy");
         };
         let _ = fs::write(root.path().join("cpu/cpu.shares"), "1024");
+        // A path that is not there (another tree's): no group is made for it.
+        let Err(why) = CpuPriority::make(root.path(), "2:cpu,cpuacct:/user.slice\n") else {
+            panic!("a missing cgroup must not be made up");
+        };
+        assert!(why.contains("not under"), "{why}");
+        assert!(!server.join("code-execution-mcp").exists());
+        let _ = fs::write(server.join("cgroup.procs"), "");
         let made = CpuPriority::make(root.path(), "2:cpu,cpuacct:/user.slice\n");
         let Ok(groups) = made else {
             panic!("{made:?}");
@@ -149,7 +175,7 @@ mod tests {
             fs::read_to_string(background.join("cpu.shares"))
                 .ok()
                 .as_deref(),
-            Some(BACKGROUND_SHARES)
+            Some(BACKGROUND_SHARES.to_string().as_str())
         );
         let Ok(()) = groups.to_foreground(42) else {
             panic!("the move is a write");

@@ -39,7 +39,7 @@ mod spec;
 pub mod zygote;
 
 pub use cgroup::Cgroup;
-pub use cpu_priority::CpuPriority;
+pub use cpu_priority::{BACKGROUND_SHARES, CpuPriority};
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
@@ -48,6 +48,13 @@ pub use zygote::{Forked, Priority, Zygote};
 
 use std::path::Path;
 use std::process::Command;
+
+/// The most open files a sandbox may be allowed: our own hard limit (a
+/// launcher cannot raise it), or the default limit if it cannot be read.
+pub fn open_files_ceiling() -> u64 {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(Limits::default().open_files, |(_, hard)| hard)
+}
 
 /// The uid and gid the sandbox runs as when the host runs us as root: a
 /// dedicated id no account uses (not 65534: host processes run as nobody,

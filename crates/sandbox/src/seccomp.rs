@@ -292,13 +292,21 @@ mod tests {
 
     use seccompiler::sock_filter;
 
+    /// This machine's AUDIT_ARCH (what the kernel puts in seccomp_data).
+    const NATIVE: u32 = if cfg!(target_arch = "x86_64") {
+        0xc000_003e // AUDIT_ARCH_X86_64
+    } else {
+        0xc000_00b7 // AUDIT_ARCH_AARCH64
+    };
+    /// Another architecture's calls (i386), which every stack must refuse alike.
+    const FOREIGN: u32 = 0x4000_0003;
+
     /// seccomp_data: nr, arch, instruction pointer, then six 64-bit args.
     fn data(nr: u32, args: [u64; 6]) -> Vec<u8> {
-        let arch: u32 = if cfg!(target_arch = "x86_64") {
-            0xc000_003e // AUDIT_ARCH_X86_64
-        } else {
-            0xc000_00b7 // AUDIT_ARCH_AARCH64
-        };
+        data_for(NATIVE, nr, args)
+    }
+
+    fn data_for(arch: u32, nr: u32, args: [u64; 6]) -> Vec<u8> {
         let mut d = Vec::with_capacity(64);
         d.extend_from_slice(&nr.to_ne_bytes());
         d.extend_from_slice(&arch.to_ne_bytes());
@@ -351,59 +359,72 @@ mod tests {
     }
 
     /// What the kernel answers for a stack of filters: the action of the
-    /// highest precedence (lowest action bits), the latest filter's on a tie.
+    /// highest precedence (the lowest action bits compared as a signed
+    /// number, so KILL_PROCESS, 0x80000000, first), the latest filter's on a
+    /// tie.
     fn stacked(programs: &[&[sock_filter]], data: &[u8]) -> u32 {
-        let mut answer = u32::MAX;
+        let action = |r: u32| (r & 0xffff_0000) as i32;
+        let mut answer: Option<u32> = None;
         for p in programs {
             let r = run(p, data);
-            if (r & 0xffff_0000) <= (answer & 0xffff_0000) {
-                answer = r;
+            if answer.is_none_or(|a| action(r) <= action(a)) {
+                answer = Some(r);
             }
         }
-        answer
+        answer.unwrap_or(0x7fff_0000)
     }
 
     #[test]
     fn a_zygote_childs_stack_is_the_cold_policy_on_every_syscall() {
-        let (Ok(cold), Ok(zygote), Ok(child)) = (
-            super::build(false),
-            super::build_zygote(false),
-            super::build_zygote_child(),
-        ) else {
-            panic!("filters must compile");
-        };
-        let cold: Vec<&[sock_filter]> = cold.iter().map(Vec::as_slice).collect();
-        let stack: Vec<&[sock_filter]> = zygote.iter().chain(&child).map(Vec::as_slice).collect();
-        let zygote_only: Vec<&[sock_filter]> = zygote.iter().map(Vec::as_slice).collect();
-        // Arguments that reach every conditional rule: namespace flags, socket
-        // families, TIOCSTI, and plain values.
-        let mut values: Vec<u64> = vec![0, 1, 2, 10, 16, libc::TIOCSTI, u64::MAX];
-        values.extend(super::CLONE_NAMESPACE_FLAGS);
-        values.push(
-            super::CLONE_NAMESPACE_FLAGS
-                .iter()
-                .fold(0, |acc, f| acc | f),
-        );
-        let mut differ_from_zygote = 0;
-        for nr in (0..600u32).chain([0x4000_0000, 0x4000_0001 + 59]) {
-            for &v in &values {
-                let d = data(nr, [v, v, 0, 0, 0, 0]);
-                let want = stacked(&cold, &d);
-                assert_eq!(stacked(&stack, &d), want, "syscall {nr}, argument {v:#x}");
-                differ_from_zygote += usize::from(stacked(&zygote_only, &d) != want);
+        for network in [false, true] {
+            let (Ok(cold), Ok(zygote), Ok(child)) = (
+                super::build(network),
+                super::build_zygote(network),
+                super::build_zygote_child(),
+            ) else {
+                panic!("filters must compile");
+            };
+            let cold: Vec<&[sock_filter]> = cold.iter().map(Vec::as_slice).collect();
+            let stack: Vec<&[sock_filter]> =
+                zygote.iter().chain(&child).map(Vec::as_slice).collect();
+            let zygote_only: Vec<&[sock_filter]> = zygote.iter().map(Vec::as_slice).collect();
+            // Arguments that reach every conditional rule: namespace flags,
+            // socket families, TIOCSTI, and plain values.
+            let mut values: Vec<u64> = vec![0, 1, 2, 10, 16, libc::TIOCSTI, u64::MAX];
+            values.extend(super::CLONE_NAMESPACE_FLAGS);
+            values.push(
+                super::CLONE_NAMESPACE_FLAGS
+                    .iter()
+                    .fold(0, |acc, f| acc | f),
+            );
+            let mut differ_from_zygote = 0;
+            for arch in [NATIVE, FOREIGN] {
+                for nr in (0..600u32).chain([0x4000_0000, 0x4000_0001 + 59]) {
+                    for &v in &values {
+                        let d = data_for(arch, nr, [v, v, 0, 0, 0, 0]);
+                        let want = stacked(&cold, &d);
+                        assert_eq!(
+                            stacked(&stack, &d),
+                            want,
+                            "network {network}, arch {arch:#x}, syscall {nr}, argument {v:#x}"
+                        );
+                        differ_from_zygote += usize::from(stacked(&zygote_only, &d) != want);
+                    }
+                }
             }
-        }
-        // The zygote alone is weaker (mount, umount2, unshare, setns): the check can fail.
-        assert!(differ_from_zygote >= 4, "{differ_from_zygote}");
-        // And the cold policy refuses what it must.
-        let eperm = 0x0005_0000 | libc::EPERM as u32;
-        for nr in [
-            libc::SYS_mount,
-            libc::SYS_setns,
-            libc::SYS_unshare,
-            libc::SYS_ptrace,
-        ] {
-            assert_eq!(stacked(&cold, &data(nr as u32, [0; 6])), eperm, "{nr}");
+            // The zygote alone is weaker (mount, umount2, unshare, setns): the check can fail.
+            assert!(differ_from_zygote >= 4, "{differ_from_zygote}");
+            // And the cold policy refuses what it must, and other architectures' calls.
+            let eperm = 0x0005_0000 | libc::EPERM as u32;
+            for nr in [
+                libc::SYS_mount,
+                libc::SYS_setns,
+                libc::SYS_unshare,
+                libc::SYS_ptrace,
+            ] {
+                assert_eq!(stacked(&cold, &data(nr as u32, [0; 6])), eperm, "{nr}");
+            }
+            assert_ne!(stacked(&cold, &data_for(FOREIGN, 0, [0; 6])), 0x7fff_0000);
         }
     }
 

@@ -481,8 +481,9 @@ impl Zygote {
         let mut launcher = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
-        let cpu = background.is_some().then_some(cpu).flatten();
         drop(background);
+        // The hook's write is best effort: what status reports is what happened.
+        let cpu = cpu.filter(|c| c.holds(launcher.id()));
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             exits: Mutex::new(HashMap::new()),
