@@ -42,9 +42,10 @@ pub struct CpuPriority {
 /// `cpu.shares` of the background group, against the 1024 of every other
 /// process: small enough that a running execution rarely waits for the next
 /// sandbox's preparation, large enough that a fork still gets through in
-/// well under a second while every core is busy with executions (at the
-/// kernel's minimum of 2 it could starve past the fork timeout).
-pub const BACKGROUND_SHARES: u32 = 64;
+/// about half a second while eight executions keep both cores busy (at the
+/// kernel's minimum of 2 it would take seconds, near the fork timeout).
+/// Back to back, 2, 16 and 64 measured alike within the machine's drift.
+pub const BACKGROUND_SHARES: u32 = 16;
 
 impl CpuPriority {
     /// The server's cpu priority groups, made once per process; Err says
