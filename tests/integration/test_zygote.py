@@ -355,7 +355,7 @@ async def test_the_zygote_holds_no_secret(data_dir: Path, tmp_path: Path):
             assert found == {secret.encode(): False, b"cem_runtime": True}
 
 
-def cpu_cgroup(pid: int) -> str | None:
+def cpu_cgroup(pid: int | str) -> str | None:
     """The path of a process's cgroup in the v1 hierarchy with the cpu controller."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
@@ -400,6 +400,13 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
             assert time.monotonic() < deadline, (zygotes, places, own)
             await anyio.sleep(0.1)
         assert {cpu_cgroup(z) for z in zygotes} == {background}
+        # The server's own thread that prepares the pool's next sandbox is there too; the others are not.
+        threads = {}
+        for s in servers:
+            for task in Path(f"/proc/{s}/task").iterdir():
+                threads.setdefault((task / "comm").read_text().strip(), set()).add(cpu_cgroup(f"{s}/task/{task.name}"))
+        assert threads.get("cem-prepare") == {background}, threads
+        assert threads.get("tokio-rt-worker") == {own}, threads
         shares = int(Path(f"/sys/fs/cgroup/cpu{background}/cpu.shares").read_text())
         assert 2 <= shares <= 128, shares  # a small fraction of the 1024 every other process has
         assert (await sandbox_stats(client))["fresh_sandbox"] == {

@@ -12,6 +12,7 @@
 //! allows running unsandboxed, and then says so in every answer.
 
 mod answer;
+mod background;
 mod bridge;
 mod engine;
 mod install;

@@ -442,15 +442,22 @@ impl Interp {
         processes: u64,
         waited_for: bool,
     ) -> Result<Interp, String> {
-        let cgroup = new_cgroup(memory_mb, processes)
-            .map_err(|e| format!("a forked sandbox needs its own cgroup: {e}"))?;
-        let dirs = cgroup.dirs().to_vec();
         let z = zygote.clone();
-        let mut forked = tokio::task::spawn_blocking(move || {
-            z.fork(&limits(memory_mb, processes), &dirs, waited_for)
-        })
-        .await
-        .map_err(|e| format!("the fork task failed: {e}"))??;
+        let prepare = move || {
+            let cgroup = new_cgroup(memory_mb, processes)
+                .map_err(|e| format!("a forked sandbox needs its own cgroup: {e}"))?;
+            let forked = z.fork(&limits(memory_mb, processes), cgroup.dirs(), waited_for)?;
+            Ok::<_, String>((cgroup, forked))
+        };
+        // The pool's next interpreter is prepared in the background; one a
+        // caller waits for, at once.
+        let (cgroup, mut forked) = if waited_for {
+            tokio::task::spawn_blocking(prepare)
+                .await
+                .map_err(|e| format!("the fork task failed: {e}"))??
+        } else {
+            crate::background::run(prepare).await??
+        };
         let pipes = (
             forked.stdin.take(),
             forked.stdout.take(),
@@ -707,7 +714,7 @@ impl Interp {
             let Some(priority) = priority else {
                 return;
             };
-            let moved = tokio::task::spawn_blocking(move || priority.to_foreground()).await;
+            let moved = crate::background::run(move || priority.to_foreground()).await;
             if let Ok(Err(e)) = moved {
                 tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
             }
@@ -722,9 +729,13 @@ impl Interp {
         if let Proc::Forked { child, .. } = &self.child
             && let Some(priority) = child.priority.clone()
         {
-            let _ = tokio::task::spawn_blocking(move || priority.to_background()).await;
+            let _ = crate::background::run(move || priority.to_background()).await;
         }
         self.kill().await;
+        // Removing its cgroup is kernel work nobody waits for either.
+        if let Some(cgroup) = self.cgroup.take() {
+            let _ = crate::background::run(move || drop(cgroup)).await;
+        }
     }
 
     /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.

@@ -103,6 +103,14 @@ impl CpuPriority {
         &self.background
     }
 
+    /// Moves the calling thread (only it) to the background group: the
+    /// host's own thread that prepares sandboxes nobody waits for yet.
+    pub fn join_background_thread(&self) -> Result<(), String> {
+        let tasks = self.background.with_file_name("tasks");
+        fs::write(&tasks, nix::unistd::gettid().to_string())
+            .map_err(|e| format!("cannot move this thread into {}: {e}", tasks.display()))
+    }
+
     /// Whether process `pid` is in the background group.
     pub fn holds(&self, pid: u32) -> bool {
         fs::read_to_string(&self.background)
