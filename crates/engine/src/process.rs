@@ -227,6 +227,22 @@ impl Proc {
     }
 }
 
+/// Removing an interpreter's cgroup can block (it retries while the
+/// sandbox's last processes exit): never on the async runtime's threads.
+impl Drop for Interp {
+    fn drop(&mut self) {
+        let Some(cgroup) = self.cgroup.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(crate::background::run(move || drop(cgroup)));
+            }
+            Err(_) => drop(cgroup),
+        }
+    }
+}
+
 /// A started interpreter that has said it is ready.
 pub struct Interp {
     child: Proc,
@@ -732,10 +748,7 @@ impl Interp {
             let _ = crate::background::run(move || priority.to_background()).await;
         }
         self.kill().await;
-        // Removing its cgroup is kernel work nobody waits for either.
-        if let Some(cgroup) = self.cgroup.take() {
-            let _ = crate::background::run(move || drop(cgroup)).await;
-        }
+        // Dropped here: its cgroup goes on the background thread (see Drop).
     }
 
     /// Kills the launcher (and with it the whole sandboxed tree) and reaps it.
