@@ -353,9 +353,9 @@ fn limits(memory_mb: u64, processes: u64) -> Limits {
 }
 
 /// The sandbox a zygote runs in: the same as an interpreter's, with the
-/// largest memory any execution may ask for (each child sets its own).
-/// The zygote's sandbox: `open_files` is what it needs for its children's
-/// descriptors (each child sets its own limit), within the host's ceiling.
+/// largest memory any execution may ask for and `open_files` for its
+/// children's descriptors, within the host's ceiling (each child sets its
+/// own limits).
 pub fn zygote_spec(
     launch: &Launch,
     packages: &PackageMounts,
