@@ -210,6 +210,8 @@ def _netns_is_empty(net, own_net_ns):
     try:
         with open("/proc/thread-self/net/unix", "rb") as f:
             return f.read().count(b"\n") <= 1
+    except OSError:
+        return False  # cannot tell: a new one instead
     finally:
         _check(_libc.setns(own_net_ns, CLONE_NEWNET), "setns(net)")
 
