@@ -32,8 +32,8 @@ import traceback
 # The host's first message on fd 0: what each child applies to itself.
 _CTL = socket.socket(fileno=0)
 _PLAN = json.loads(_CTL.recv(1 << 20))
-# Children forked and not yet reaped: zygote pid -> (request id, its network namespace or None, its pidfd);
-# emptied in each child.
+# Children forked and not yet reaped, by their pidfd (what the zygote polls): (pid, request id, its network
+# namespace or None); emptied in each child.
 _CHILDREN = {}
 # Network namespaces of children that have ended, for later children (see _take_netns).
 _NETNS_FREE = []
@@ -306,9 +306,9 @@ def _send(ctl, message):
     ctl.send(json.dumps(message).encode())
 
 
-def _reap(ctl, pid):
+def _reap(ctl, pidfd):
     """Reaps a child whose pidfd said it ended and tells the host."""
-    request_id, net, pidfd = _CHILDREN.pop(pid)
+    pid, request_id, net = _CHILDREN.pop(pidfd)
     os.close(pidfd)
     try:
         _, status = os.waitpid(pid, 0)
@@ -333,13 +333,12 @@ def main():
     # Children are watched through pidfds, not SIGCHLD: no handler for a child to undo after the fork.
     poller = select.poll()
     poller.register(ctl, select.POLLIN)
-    watched = {}  # pidfd -> pid
     _send(ctl, {"type": "ready"})
     while True:
         for fd, _ in poller.poll():
-            if fd in watched:
+            if fd in _CHILDREN:
                 poller.unregister(fd)
-                _reap(ctl, watched.pop(fd))
+                _reap(ctl, fd)
                 continue
             message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 8)
             if not message:
@@ -351,8 +350,7 @@ def main():
                 if len(fds) != 4 or not isinstance(limits, dict):
                     raise ValueError(f"expected 4 descriptors and limits, got {len(fds)} and {limits!r}")
                 pid, net, pidfd = _fork(request, fds, ctl, own)
-                _CHILDREN[pid] = (request_id, net, pidfd)
-                watched[pidfd] = pid
+                _CHILDREN[pidfd] = (pid, request_id, net)
                 poller.register(pidfd, select.POLLIN)
                 reply = {"type": "forked", "id": request_id}
             except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving

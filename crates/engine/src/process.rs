@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cem_sandbox::{Bind, Cgroup, InterpreterLayout, Limits, Spec};
-use cem_sandbox::{Forked, Zygote};
+use cem_sandbox::{Forked, Priority, Zygote};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::process::Child;
@@ -187,6 +187,15 @@ impl Proc {
         match self {
             Proc::Spawned(c) => c.id().map(Stopper::Pid),
             Proc::Forked { child, .. } => Some(Stopper::Forked(child.killer())),
+        }
+    }
+
+    /// What moves a forked child between the cpu priority groups (none for
+    /// a cold one, or without the groups).
+    fn priority(&self) -> Option<Priority> {
+        match self {
+            Proc::Forked { child, .. } => child.priority.clone(),
+            Proc::Spawned(_) => None,
         }
     }
 
@@ -722,10 +731,7 @@ impl Interp {
     /// Gives a forked interpreter full CPU priority (it was set up in the
     /// background cpu group; a cold one already has it).
     pub fn to_foreground(&self) -> impl Future<Output = ()> + Send + 'static {
-        let priority = match &self.child {
-            Proc::Forked { child, .. } => child.priority.clone(),
-            Proc::Spawned(_) => None,
-        };
+        let priority = self.child.priority();
         async move {
             let Some(priority) = priority else {
                 return;
@@ -742,9 +748,7 @@ impl Interp {
     /// the background cpu group, so tearing its memory down takes only CPU
     /// that nothing else wants.
     pub async fn retire(mut self) {
-        if let Proc::Forked { child, .. } = &self.child
-            && let Some(priority) = child.priority.clone()
-        {
+        if let Some(priority) = self.child.priority() {
             let _ = crate::background::run(move || priority.to_background()).await;
         }
         self.kill().await;

@@ -641,7 +641,12 @@ impl Zygote {
         if hung_up(&hello) {
             return Err("a forked sandbox ended before it was released".into());
         }
-        let priority_pidfd = Arc::clone(&pidfd);
+        let priority = self.cpu.map(|cpu| Priority {
+            pid,
+            pidfd: Arc::clone(&pidfd),
+            cpu,
+            ending: Arc::new(Mutex::new(false)),
+        });
         let forked = Forked {
             pid,
             pidfd,
@@ -649,12 +654,7 @@ impl Zygote {
             stdout: Some(stdout_r),
             stderr: Some(stderr_r),
             exit: Some(exit_rx),
-            priority: self.cpu.map(|cpu| Priority {
-                pid,
-                pidfd: Arc::clone(&priority_pidfd),
-                cpu,
-                ending: Arc::new(Mutex::new(false)),
-            }),
+            priority,
         };
         for dir in cgroups {
             std::fs::write(dir.join("cgroup.procs"), pid.to_string())
