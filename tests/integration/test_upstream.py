@@ -322,15 +322,32 @@ QUERIES = [
 ]
 
 
-async def test_search_quality_top3(data_dir: Path, tmp_path: Path):
+async def search_misses(data_dir: Path, tmp_path: Path, semantic: bool) -> list:
     misses = []
-    async with Client(params_for(data_dir, tmp_path, five_servers(tmp_path))) as client:
+    params = params_for(data_dir, tmp_path, five_servers(tmp_path), search={"semantic": semantic})
+    async with Client(params) as client:
         for query, expected in QUERIES:
             found = await call(client, "search_tools", {"query": query, "detail_level": "name", "limit": 3})
             if expected not in found["tools"]:
                 misses.append((query, expected, found["tools"]))
+    return misses
+
+
+async def test_search_quality_top3_by_words(data_dir: Path, tmp_path: Path):
+    misses = await search_misses(data_dir, tmp_path, semantic=False)
     assert len(QUERIES) >= 30
     assert not misses, "\n".join(f"{q!r}: wanted {e}, got {got}" for q, e, got in misses)
+
+
+async def test_search_quality_top3_by_words_and_meaning(data_dir: Path, tmp_path: Path):
+    # The default ranking. It finds far more needs put in other words
+    # (crates/catalog/tests/search_eval), and on these queries, which use
+    # their tools' own words, it may lose one to a close neighbour: "show the
+    # commit history of a repository" ranks git_commit and git_show above
+    # git_log. Misspellings are mended before the meaning is looked up.
+    misses = await search_misses(data_dir, tmp_path, semantic=True)
+    assert len(misses) <= 1, "\n".join(f"{q!r}: wanted {e}, got {got}" for q, e, got in misses)
+    assert not [m for m in misses if m[0] == "comit log"], misses
 
 
 async def test_a_server_that_only_speaks_2024_11_05_and_paginates(data_dir: Path, tmp_path: Path):

@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use crate::entry::Entry;
 use crate::fields::{effect_words, parameters};
-use crate::semantic::Semantic;
-use crate::text::{edit_distance, name_words, terms};
+use crate::semantic::{Closeness, Semantic};
+use crate::text::{edit_distance, name_words, split_words, stem, terms};
 
 /// Field weights: a word in a tool's name says far more than one in its
 /// description.
@@ -19,8 +19,15 @@ const EFFECT_WEIGHT: f32 = 0.5;
 /// server apart, hardly a tool.
 const INSTRUCTIONS_WEIGHT: f32 = 0.1;
 /// In hybrid ranking, the share of the lexical score (scaled so the best
-/// hit has 1) beside the cosine of meaning.
-const LEXICAL_SHARE: f32 = 0.3;
+/// hit has 1) beside the closeness of meaning. Small: a need in other words
+/// shares incidental words ("log" in a file path) with the wrong tools, and
+/// on the evaluation set a larger share lost more than it won (0.3: top-3
+/// 44%, 0.1: 60%); it still breaks ties toward a tool the query names.
+const LEXICAL_SHARE: f32 = 0.1;
+/// How much the closeness of a tool's server (the mean of its tools'
+/// vectors) adds to the tool's own: a need about spreadsheets or a web page
+/// first picks the server that deals in them, as a person would.
+const SERVER_WEIGHT: f32 = 0.6;
 /// With no word in common, a tool is a hit only if its meaning is at least
 /// this close: a query about nothing in the catalog finds nothing.
 const MIN_COSINE: f32 = 0.15;
@@ -54,6 +61,9 @@ pub struct Catalog {
     postings: HashMap<String, Vec<(u32, f32)>>,
     /// Terms that occur in names, for fuzzy matching.
     name_terms: Vec<String>,
+    /// A name term's word as written (`directori` → `directory`): what a
+    /// misspelt query word becomes before it is embedded.
+    name_spelling: HashMap<String, String>,
     lengths: Vec<f32>,
     avg_length: f32,
     /// Entries whose description says they are deprecated.
@@ -85,6 +95,7 @@ impl Catalog {
         let mut postings: HashMap<String, HashMap<u32, f32>> = HashMap::new();
         let mut lengths = Vec::with_capacity(entries.len());
         let mut name_terms: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let mut name_spelling: HashMap<String, String> = HashMap::new();
         for (i, entry) in entries.iter().enumerate() {
             let id = i as u32;
             let mut length = 0.0;
@@ -110,7 +121,11 @@ impl Catalog {
             if let Some(instructions) = &entry.server_instructions {
                 add(instructions, INSTRUCTIONS_WEIGHT, &mut postings);
             }
-            name_terms.extend(terms(&entry.name));
+            for word in name_words(&entry.name) {
+                let term = stem(&word);
+                name_spelling.entry(term.clone()).or_insert(word);
+                name_terms.insert(term);
+            }
             lengths.push(length);
         }
         let deprecated = entries
@@ -134,6 +149,7 @@ impl Catalog {
                 })
                 .collect(),
             name_terms: name_terms.into_iter().collect(),
+            name_spelling,
             lengths,
             avg_length: avg_length.max(1.0),
             deprecated,
@@ -157,6 +173,17 @@ impl Catalog {
     /// The best `limit` entries for `query`, optionally within one
     /// category, best first. An empty query lists the category in order.
     pub fn search(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<Hit> {
+        self.rank(query, category, limit, true)
+    }
+
+    /// As [`Catalog::search`], by words alone: for a name that was not
+    /// found ("git_lgo"), whose closest names are a matter of spelling, not
+    /// of meaning.
+    pub fn search_words(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<Hit> {
+        self.rank(query, category, limit, false)
+    }
+
+    fn rank(&self, query: &str, category: Option<&str>, limit: usize, meaning: bool) -> Vec<Hit> {
         let in_category =
             |i: usize| category.is_none_or(|c| self.entries[i].category.eq_ignore_ascii_case(c));
         let query_terms = terms(query);
@@ -168,8 +195,13 @@ impl Catalog {
                 .collect();
         }
         let lexical = self.lexical_scores(&query_terms);
-        let mut hits: Vec<Hit> = match self.semantic.as_ref().and_then(|s| s.scores(query)) {
-            Some(cosines) => blend(&lexical, &cosines),
+        let closeness = match &self.semantic {
+            Some(semantic) if meaning => semantic.closeness(&self.spelled(semantic.model, query)),
+            _ => None,
+        };
+        let by_words_alone = closeness.is_none();
+        let mut hits: Vec<Hit> = match closeness {
+            Some(closeness) => blend(&lexical, &closeness),
             None => lexical
                 .into_iter()
                 .map(|(doc, score)| Hit {
@@ -185,7 +217,11 @@ impl Catalog {
                 hit.score *= DEPRECATED_FACTOR;
             }
         }
-        self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
+        // With meaning, the bonus would multiply the cosine too, and lift a
+        // tool for an incidental word: "read a file" then needs no help.
+        if by_words_alone {
+            self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
+        }
         let order = |a: &Hit, b: &Hit| {
             b.score
                 .total_cmp(&a.score)
@@ -223,15 +259,9 @@ impl Catalog {
             // Misspelt name words ("comit") still find their tool. Only for
             // words that match nothing exactly: a large vocabulary then
             // costs nothing for ordinary queries.
-            if matched.is_empty() && term.len() >= 3 {
-                let max = if term.len() >= 8 { 2 } else { 1 };
-                for candidate in &self.name_terms {
-                    if candidate != term
-                        && candidate.len().abs_diff(term.len()) <= max
-                        && edit_distance(term, candidate, max) <= max
-                    {
-                        matched.push((candidate.as_str(), FUZZY_FACTOR));
-                    }
+            if matched.is_empty() {
+                for (candidate, _) in self.misspelt(term) {
+                    matched.push((candidate, FUZZY_FACTOR));
                 }
             }
             // A word that matches nothing may begin one ("sql" in
@@ -257,6 +287,42 @@ impl Catalog {
             }
         }
         scores
+    }
+
+    /// The name terms `term` may be a misspelling of, with their edit
+    /// distance: one edit for a word under eight letters, two from eight,
+    /// none under three.
+    fn misspelt<'a>(&'a self, term: &'a str) -> impl Iterator<Item = (&'a str, usize)> + 'a {
+        let max = if term.len() >= 8 { 2 } else { 1 };
+        self.name_terms
+            .iter()
+            .filter(move |c| {
+                term.len() >= 3 && c.as_str() != term && c.len().abs_diff(term.len()) <= max
+            })
+            .map(move |c| (c.as_str(), edit_distance(term, c, max)))
+            .filter(move |(_, d)| *d <= max)
+    }
+
+    /// The query's words for the embedding model, misspellings mended: a
+    /// word that neither the catalog nor the model knows, and that is one
+    /// or two edits from a tool's name word, becomes that name word
+    /// ("comit" → "commit", "git_lgo" → "git log"). The model would
+    /// otherwise spell it out in word pieces that mean something else.
+    fn spelled(&self, model: &cem_embed::StaticModel, query: &str) -> Vec<String> {
+        split_words(query)
+            .into_iter()
+            .map(|word| {
+                let term = stem(&word);
+                if model.knows(&word) || self.postings.contains_key(&term) {
+                    return word;
+                }
+                self.misspelt(&term)
+                    .min_by_key(|(_, distance)| *distance)
+                    .and_then(|(closest, _)| self.name_spelling.get(closest))
+                    .cloned()
+                    .unwrap_or(word)
+            })
+            .collect()
     }
 
     /// Raises each hit's score by [`EXACT_NAME_BONUS`] per query word its
@@ -308,20 +374,23 @@ impl Catalog {
 }
 
 /// The hybrid score: the lexical score scaled so the best hit has 1, with
-/// [`LEXICAL_SHARE`] of the weight, and the cosine with the rest. An entry
-/// with no word in common is kept when its cosine reaches [`MIN_COSINE`].
-fn blend(lexical: &HashMap<u32, f32>, cosines: &[f32]) -> Vec<Hit> {
+/// [`LEXICAL_SHARE`] of the weight, and the closeness of meaning (the
+/// tool's cosine plus [`SERVER_WEIGHT`] of its server's) with the rest. An
+/// entry with no word in common is kept when its own cosine reaches
+/// [`MIN_COSINE`]: a close server alone does not make a tool a hit.
+fn blend(lexical: &HashMap<u32, f32>, closeness: &Closeness) -> Vec<Hit> {
     let best = lexical.values().fold(0f32, |m, s| m.max(*s));
     let mut hits = Vec::new();
-    for (index, cosine) in cosines.iter().enumerate() {
+    for (index, (cosine, server)) in closeness.own.iter().zip(&closeness.server).enumerate() {
         let lex = match lexical.get(&(index as u32)) {
             Some(s) => s / best.max(f32::MIN_POSITIVE),
             None if *cosine < MIN_COSINE => continue,
             None => 0.0,
         };
+        let meaning = (cosine + SERVER_WEIGHT * server).max(0.0);
         hits.push(Hit {
             index,
-            score: LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * cosine.max(0.0),
+            score: LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * meaning,
         });
     }
     hits

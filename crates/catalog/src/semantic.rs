@@ -14,6 +14,19 @@ pub struct Semantic {
     pub(crate) model: &'static StaticModel,
     /// `entries × dims`; an entry with no known word has zeros.
     pub(crate) vectors: Vec<f32>,
+    /// Each entry's category (its server), as an index into `centroids`.
+    category_of: Vec<u32>,
+    /// `categories × dims`: the unit mean of each category's vectors, what
+    /// the server as a whole is about.
+    centroids: Vec<f32>,
+}
+
+/// A query's closeness to each entry, in the catalog's order.
+pub(crate) struct Closeness {
+    /// The cosine with the entry's own vector.
+    pub own: Vec<f32>,
+    /// The cosine with the centroid of the entry's category.
+    pub server: Vec<f32>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -33,6 +46,8 @@ impl Semantic {
     pub fn new(model: &'static StaticModel, entries: &[Entry], cache_dir: Option<&Path>) -> Self {
         let dims = model.dims();
         let mut vectors = vec![0f32; entries.len() * dims];
+        let mut category_of = vec![0u32; entries.len()];
+        let mut centroids = Vec::new();
         let mut groups: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
         for (i, e) in entries.iter().enumerate() {
             groups.entry(e.category.as_str()).or_default().push(i);
@@ -52,23 +67,53 @@ impl Semantic {
             for (row, i) in block.chunks_exact(dims).zip(&members) {
                 vectors[i * dims..(i + 1) * dims].copy_from_slice(row);
             }
+            let mut centroid = vec![0f32; dims];
+            for row in block.chunks_exact(dims) {
+                centroid.iter_mut().zip(row).for_each(|(c, x)| *c += x);
+            }
+            let norm = dot(&centroid, &centroid).sqrt();
+            if norm > 0.0 {
+                centroid.iter_mut().for_each(|c| *c /= norm);
+            }
+            let index = (centroids.len() / dims) as u32;
+            centroids.extend(centroid);
+            for i in members {
+                category_of[i] = index;
+            }
         }
-        Semantic { model, vectors }
+        Semantic {
+            model,
+            vectors,
+            category_of,
+            centroids,
+        }
     }
 
-    /// The query's cosine with every entry.
-    pub(crate) fn scores(&self, query: &str) -> Option<Vec<f32>> {
-        let words = split_words(query);
+    /// The cosine of a query (its lowercase words) with every entry and
+    /// with every entry's server.
+    pub(crate) fn closeness(&self, words: &[String]) -> Option<Closeness> {
         let q = self.model.embed(words.iter().map(String::as_str));
         if q.iter().all(|x| *x == 0.0) {
             return None;
         }
-        Some(
-            self.vectors
-                .chunks_exact(self.model.dims())
+        let dims = self.model.dims();
+        let per_category: Vec<f32> = self
+            .centroids
+            .chunks_exact(dims)
+            .map(|c| dot(&q, c))
+            .collect();
+        Some(Closeness {
+            own: self
+                .vectors
+                .chunks_exact(dims)
                 .map(|v| dot(&q, v))
                 .collect(),
-        )
+            server: self
+                .category_of
+                .iter()
+                .map(|c| per_category.get(*c as usize).copied().unwrap_or(0.0))
+                .collect(),
+        })
     }
 }
 

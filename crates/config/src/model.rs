@@ -33,14 +33,20 @@ pub struct Config {
 }
 
 /// The `search` section.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SearchConfig {
     /// Rank by meaning (the built-in embedding model) as well as by words.
-    /// Off by default for now: on the tool lists of the search evaluation it
-    /// finds far more tools described in other words, but it can still put
-    /// a tool whose own words the query uses below a neighbour ("commit
-    /// logs" ranks `git_commit` over `git_log`).
+    /// On by default: on the search evaluation it finds far more tools
+    /// described in other words, and more of those named in their own
+    /// words. Off ranks by words alone (fully deterministic, and what a
+    /// binary built without the model does anyway).
     pub semantic: bool,
+}
+
+impl Default for SearchConfig {
+    fn default() -> Self {
+        SearchConfig { semantic: true }
+    }
 }
 
 /// The `policy.audit` section.

@@ -333,9 +333,9 @@ fn policy_mistakes_name_the_key() {
 
 #[test]
 fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
-    assert!(!parse("{}")?.config.search.semantic);
-    let on = parse(r#"{"search": {"semantic": true}}"#)?;
-    assert!(on.config.search.semantic);
+    assert!(parse("{}")?.config.search.semantic);
+    let off = parse(r#"{"search": {"semantic": false}}"#)?;
+    assert!(!off.config.search.semantic);
     let e = error(r#"{"search": {"semantic": "no"}}"#);
     assert!(e.contains("search.semantic"), "{e}");
     let e = error(r#"{"search": {"semnatic": false}}"#);

@@ -78,6 +78,13 @@ impl StaticModel {
         &self.name
     }
 
+    /// Whether `word` (lowercase) is one whole token of the vocabulary: a
+    /// word the model knows as such, not one it can only spell out in
+    /// pieces (a misspelling, usually).
+    pub fn knows(&self, word: &str) -> bool {
+        self.vocab.contains_key(word)
+    }
+
     /// The length of its vectors.
     pub fn dims(&self) -> usize {
         self.dims
@@ -163,6 +170,7 @@ mod tests {
         assert!(dot(&a, &b) > 0.9, "{}", dot(&a, &b));
         assert!(dot(&a, &c) < 0.2, "{}", dot(&a, &c));
         assert_eq!(m.name(), "test-1");
+        assert!(m.knows("file") && !m.knows("files"));
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl Ranking {
     pub fn from_config(config: &cem_config::SearchConfig) -> Self {
         if !config.semantic {
             return Ranking::Lexical(
-                "search.semantic is off (the default; \"search\": {\"semantic\": true} turns meaning on)".into(),
+                "search.semantic is off (\"search\": {\"semantic\": true}, the default, turns meaning on)".into(),
             );
         }
         match cem_catalog::builtin_model() {

@@ -177,7 +177,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
         [] => {
             let close: Vec<String> = built
                 .catalog
-                .search(&name, None, 3)
+                .search_words(&name, None, 3)
                 .iter()
                 .map(|h| built.catalog.entries()[h.index].qualified_name())
                 .collect();
