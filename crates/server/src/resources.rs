@@ -166,13 +166,24 @@ fn body_of(answer: Option<Answer>) -> Result<Value, ErrorData> {
     }
 }
 
+/// A workspace of at most this many entries is walked on the async thread
+/// that asks: every execution walks it twice (before and after), and two
+/// hand-offs to a blocking thread and back cost more than walking a few
+/// dozen entries (0.26 ms of a 1.5 ms back-to-back execution).
+const WALKED_IN_PLACE: usize = 64;
+
 /// Each workspace file's (size, modification time), to compare with after
 /// an execution; None when the workspace is too large to be worth it.
 pub async fn snapshot(state: &Arc<AppState>) -> Option<HashMap<String, (u64, i128)>> {
-    let st = state.clone();
-    let files = tools::blocking(move || Ok(st.workspace.files()?))
-        .await
-        .ok()?;
+    let files = match state.workspace.files_if_small(WALKED_IN_PLACE) {
+        Ok(Some(files)) => files,
+        Ok(None) | Err(_) => {
+            let st = state.clone();
+            tools::blocking(move || Ok(st.workspace.files()?))
+                .await
+                .ok()?
+        }
+    };
     (files.len() <= MAX_SCANNED).then(|| {
         files
             .into_iter()

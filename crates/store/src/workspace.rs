@@ -36,6 +36,9 @@ pub struct Workspace {
     /// Owner given to what the tools create (the sandbox's uid when the
     /// server runs as root), else the server's own.
     owner: Option<(u32, u32)>,
+    /// Entries the last walk of [`Workspace::files`] saw (`usize::MAX`
+    /// before the first): whether the next one is likely small.
+    last_walk: std::sync::atomic::AtomicUsize,
 }
 
 /// What a write did.
@@ -123,6 +126,7 @@ impl Workspace {
             dir,
             max_file_bytes,
             identity: (meta.dev(), meta.ino()),
+            last_walk: std::sync::atomic::AtomicUsize::new(usize::MAX),
             owner,
         };
         ws.remove_stale_temp_files();
@@ -396,6 +400,24 @@ impl Workspace {
     /// Every regular file of the workspace (symlinks and special files are
     /// not followed or listed), at most a few hundred thousand.
     pub fn files(&self) -> Result<Vec<FileStamp>, WorkspaceError> {
+        Ok(self.stamps(USAGE_BUDGET)?.0)
+    }
+
+    /// [`Workspace::files`] of a small workspace: None when the last walk
+    /// saw more than `max` entries, or this one passes `max` (it stops
+    /// there). Cheap enough for an async thread, where handing the walk to
+    /// a blocking thread and back would cost more than the walk.
+    pub fn files_if_small(&self, max: usize) -> Result<Option<Vec<FileStamp>>, WorkspaceError> {
+        if self.last_walk.load(std::sync::atomic::Ordering::Relaxed) > max {
+            return Ok(None);
+        }
+        let (files, seen) = self.stamps(max.saturating_add(1))?;
+        Ok((seen <= max).then_some(files))
+    }
+
+    /// The files of a walk that stops after `budget` entries, and the
+    /// number of entries it saw.
+    fn stamps(&self, budget: usize) -> Result<(Vec<FileStamp>, usize), WorkspaceError> {
         self.check_root()?;
         let mut files = Vec::new();
         let mut seen = 0usize;
@@ -414,10 +436,12 @@ impl Workspace {
                         + i128::from(meta.mtime_nsec()),
                 });
             }
-            seen < USAGE_BUDGET
+            seen < budget
         };
         walk(&start, Path::new(""), &mut collect, false).map_err(|e| WorkspaceError::io(".", e))?;
-        Ok(files)
+        self.last_walk
+            .store(seen, std::sync::atomic::Ordering::Relaxed);
+        Ok((files, seen))
     }
 
     /// Removes one file (never a directory, never through a symlink).

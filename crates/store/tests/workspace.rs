@@ -314,3 +314,31 @@ fn permission_errors_are_not_called_escapes() {
 fn libc_eacces() -> i32 {
     13
 }
+
+#[test]
+fn a_small_workspace_is_walked_in_place_and_a_large_one_is_not() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    // Before any walk its size is unknown: not "small".
+    assert!(ws.files_if_small(8)?.is_none());
+    ws.write("a.txt", b"1")?;
+    ws.write("d/b.txt", b"22")?;
+    assert_eq!(ws.files()?.len(), 2);
+    let small = ws.files_if_small(8)?.ok_or("3 entries is small")?;
+    let mut paths: Vec<_> = small.iter().map(|f| (f.path.as_str(), f.size)).collect();
+    paths.sort();
+    assert_eq!(paths, [("a.txt", 1), ("d/b.txt", 2)]);
+    // Grown past the bound: this walk stops and says so, and the next one
+    // is not even tried until a full walk finds it small again.
+    for i in 0..10 {
+        ws.write(&format!("many/{i}.txt"), b"x")?;
+    }
+    assert!(ws.files_if_small(8)?.is_none());
+    for i in 0..10 {
+        assert!(ws.remove(&format!("many/{i}.txt"))?);
+    }
+    // Small again, but the last walk was not: no walk in place yet.
+    assert!(ws.files_if_small(8)?.is_none());
+    assert_eq!(ws.files()?.len(), 2);
+    assert_eq!(ws.files_if_small(8)?.map(|f| f.len()), Some(2));
+    Ok(())
+}
