@@ -53,6 +53,44 @@ def test_initialize_negotiates_the_clients_version(data_dir: Path, version: str)
     assert "INFO" in out.stderr and "INFO" not in out.stdout
 
 
+@pytest.mark.parametrize("kind", ["files", "socket"])
+def test_stdio_on_files_and_sockets(data_dir: Path, tmp_path: Path, kind: str):
+    # Pipes (what the SDKs use) and stream sockets (what Node's child_process uses) are read and written
+    # in place; anything else through tokio's stdin and stdout. Both must carry the protocol.
+    import socket
+
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "write_workspace_file", "arguments": {"filename": "a.txt", "content": "hi"}}},
+    ]
+    text = "".join(json.dumps(m) + "\n" for m in lines)
+    argv = [str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "serve"]
+    if kind == "files":
+        (tmp_path / "in.jsonl").write_text(text)
+        with open(tmp_path / "in.jsonl") as stdin, open(tmp_path / "out.jsonl", "w") as stdout:
+            subprocess.run(argv, stdin=stdin, stdout=stdout, timeout=30, check=True)
+        out = (tmp_path / "out.jsonl").read_text()
+    else:
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            proc = subprocess.Popen(argv, stdin=theirs, stdout=theirs)
+            theirs.close()
+            ours.sendall(text.encode())
+            ours.shutdown(socket.SHUT_WR)
+            chunks = []
+            while chunk := ours.recv(65536):
+                chunks.append(chunk)
+            assert proc.wait(timeout=30) == 0
+        out = b"".join(chunks).decode()
+    replies = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in replies] == [1, 2]
+    assert replies[1]["result"]["structuredContent"]["success"] is True
+    assert (data_dir / "workspace" / "a.txt").read_text() == "hi"
+
+
 async def test_write_read_list_round_trip(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         written = await client.call_tool("write_workspace_file", {"filename": "notes/today.md", "content": "# hi\nünïcode"})
