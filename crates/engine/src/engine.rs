@@ -771,7 +771,9 @@ impl Engine {
     }
 
     /// Keeps `pool_target` ready interpreters, refilling when one is taken.
-    async fn fill_pool(&self) {
+    async fn fill_pool(self: &Arc<Self>) {
+        /// Pool sandboxes set up at the same time.
+        const STARTING_AT_ONCE: usize = 2;
         let Ok(ready) = self.prepare().await else {
             return;
         };
@@ -781,18 +783,36 @@ impl Engine {
             return;
         }
         let mut failures = 0u32;
+        // Tasks of their own, not futures polled here: a start holds the
+        // zygote's lock at times, and this loop takes it too.
+        let mut starting = tokio::task::JoinSet::new();
         loop {
             // Fewer when sandboxes start cold for a while (the zygote stopped).
             let target = self.pool_target(ready).await as usize;
             let have = self.pool.lock().await.len();
-            if have >= target {
-                self.refill.notified().await;
-                continue;
+            // Two at once: one sandbox's set-up waits on the zygote, on
+            // the kernel and on the host in turn, and a burst of executions
+            // drains the pool faster than one set-up at a time refills it.
+            while have + starting.len() < target && starting.len() < STARTING_AT_ONCE {
+                let engine = self.clone();
+                starting.spawn(async move {
+                    let ready = engine.prepare().await?;
+                    engine
+                        .start_interp(ready, engine.options.sandbox.memory_mb, false)
+                        .await
+                });
             }
-            match self
-                .start_interp(ready, self.options.sandbox.memory_mb, false)
-                .await
-            {
+            let started = tokio::select! {
+                started = starting.join_next(), if !starting.is_empty() => started,
+                () = self.refill.notified() => None,
+            };
+            let started = match started {
+                None => continue,
+                Some(Ok(started)) => started,
+                // Only a panic (a bug) ends a start task early: say so, and go on.
+                Some(Err(e)) => Err(EngineError::Start(format!("a pool start task failed: {e}"))),
+            };
+            match started {
                 Ok(interp) => {
                     failures = 0;
                     // Set up and warmed in the background; from here it only
