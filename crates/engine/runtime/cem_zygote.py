@@ -208,8 +208,13 @@ def _netns_is_empty(net, own_net_ns):
     """Whether network namespace `net` holds no unix socket (its /proc/net/unix is the header alone)."""
     _check(_libc.setns(net, CLONE_NEWNET), "setns(net)")
     try:
-        with open("/proc/thread-self/net/unix", "rb") as f:
-            return f.read().count(b"\n") <= 1
+        # os.open and os.read, not open(): the io objects' allocations and reference counts would write to
+        # (and so copy) more of the pages the zygote shares with its children, once for every fork.
+        fd = os.open("/proc/thread-self/net/unix", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 4096).count(b"\n") <= 1
+        finally:
+            os.close(fd)
     except OSError:
         return False  # cannot tell: a new one instead
     finally:
@@ -306,6 +311,16 @@ def _send(ctl, message):
     ctl.send(json.dumps(message).encode())
 
 
+def _send_event(ctl, kind, request_id, status=None):
+    """{"type": kind, "id": request_id[, "status": status]}, ids and statuses being integers (checked when the
+    request came), formatted by hand: json.dumps makes a function object per call, and every object made
+    between two forks writes to pages the zygote shares with its children, which then copy them."""
+    if status is None:
+        ctl.send(b'{"type":"%s","id":%d}' % (kind, request_id))
+    else:
+        ctl.send(b'{"type":"%s","id":%d,"status":%d}' % (kind, request_id, status))
+
+
 def _reap(ctl, pidfd):
     """Reaps a child whose pidfd said it ended and tells the host."""
     pid, request_id, net = _CHILDREN.pop(pidfd)
@@ -317,7 +332,7 @@ def _reap(ctl, pidfd):
         code = -signal.SIGKILL
     # Reaped: every process of its pid namespace has ended, and with them its sockets.
     _free_netns(net)
-    _send(ctl, {"type": "exited", "id": request_id, "status": 128 - code if code < 0 else code})
+    _send_event(ctl, b"exited", request_id, 128 - code if code < 0 else code)
 
 
 def _set_name(name):
@@ -347,12 +362,13 @@ def main():
             try:
                 request = json.loads(message)
                 request_id, limits = request["id"], request["limits"]  # checked before anything is forked
-                if len(fds) != 4 or not isinstance(limits, dict):
-                    raise ValueError(f"expected 4 descriptors and limits, got {len(fds)} and {limits!r}")
+                if len(fds) != 4 or not isinstance(limits, dict) or type(request_id) is not int:
+                    raise ValueError(f"expected an integer id, 4 descriptors and limits, got {request_id!r}, "
+                                     f"{len(fds)} and {limits!r}")
                 pid, net, pidfd = _fork(request, fds, ctl, own)
                 _CHILDREN[pidfd] = (pid, request_id, net)
                 poller.register(pidfd, select.POLLIN)
-                reply = {"type": "forked", "id": request_id}
+                reply = None
             except Exception as e:  # noqa: BLE001 - the host gets the reason, the zygote keeps serving
                 reply = {"type": "failed", "id": request.get("id") if isinstance(request, dict) else None,
                          "error": str(e)}
@@ -360,6 +376,9 @@ def main():
             # so the host can tell from it whether the child (and so its pid) is still there.
             for fd in fds:
                 os.close(fd)
-            _send(ctl, reply)
+            if reply is None:
+                _send_event(ctl, b"forked", request_id)
+            else:
+                _send(ctl, reply)
 
 main()
