@@ -91,6 +91,27 @@ def test_stdio_on_files_and_sockets(data_dir: Path, tmp_path: Path, kind: str):
     assert (data_dir / "workspace" / "a.txt").read_text() == "hi"
 
 
+def test_stdio_pipes_stay_blocking_for_others(data_dir: Path):
+    # The server reads and writes its pipes without blocking, through descriptions of its own: a process
+    # that shares its stdin or stdout (here, this one, which keeps its copies) still sees them blocking.
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
+                            stdin=r_in, stdout=w_out)
+    try:
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+        os.write(w_in, (json.dumps(hello) + "\n").encode())
+        with os.fdopen(os.dup(r_out), "rb") as out:
+            assert json.loads(out.readline())["id"] == 1
+        assert os.get_blocking(r_in) and os.get_blocking(w_out)
+    finally:
+        os.close(w_in)
+        assert proc.wait(timeout=30) == 0
+        for fd in (r_in, r_out, w_out):
+            os.close(fd)
+
+
 async def test_write_read_list_round_trip(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         written = await client.call_tool("write_workspace_file", {"filename": "notes/today.md", "content": "# hi\nünïcode"})

@@ -786,14 +786,23 @@ impl Engine {
         // Tasks of their own, not futures polled here: a start holds the
         // zygote's lock at times, and this loop takes it too.
         let mut starting = tokio::task::JoinSet::new();
+        // After a failure no new start until then; the other start, if one
+        // runs, still lands in the pool meanwhile.
+        let mut backing_off: Option<tokio::time::Instant> = None;
         loop {
             // Fewer when sandboxes start cold for a while (the zygote stopped).
             let target = self.pool_target(ready).await as usize;
             let have = self.pool.lock().await.len();
+            if backing_off.is_some_and(|until| tokio::time::Instant::now() >= until) {
+                backing_off = None;
+            }
             // Two at once: one sandbox's set-up waits on the zygote, on
             // the kernel and on the host in turn, and a burst of executions
             // drains the pool faster than one set-up at a time refills it.
-            while have + starting.len() < target && starting.len() < STARTING_AT_ONCE {
+            while backing_off.is_none()
+                && have + starting.len() < target
+                && starting.len() < STARTING_AT_ONCE
+            {
                 let engine = self.clone();
                 starting.spawn(async move {
                     let ready = engine.prepare().await?;
@@ -805,6 +814,8 @@ impl Engine {
             let started = tokio::select! {
                 started = starting.join_next(), if !starting.is_empty() => started,
                 () = self.refill.notified() => None,
+                () = tokio::time::sleep_until(backing_off.unwrap_or_else(tokio::time::Instant::now)),
+                    if backing_off.is_some() => None,
             };
             let started = match started {
                 None => continue,
@@ -826,8 +837,10 @@ impl Engine {
                     failures += 1;
                     tracing::warn!(error = %e, "could not start a pooled interpreter");
                     // Back off rather than spin on a broken host.
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(50))))
-                        .await;
+                    backing_off = Some(
+                        tokio::time::Instant::now()
+                            + Duration::from_millis(200 * u64::from(failures.min(50))),
+                    );
                 }
             }
         }

@@ -115,16 +115,30 @@ impl CatalogService {
     }
 
     /// A catalog of `entries`, with their vectors when ranking by meaning
-    /// (read from the cache, else computed: tens of microseconds a tool,
-    /// which like the lexical index is built in place).
-    fn catalog_of(&self, entries: Vec<Entry>) -> Catalog {
-        match self.ranking {
-            Ranking::Hybrid(model) => {
-                let semantic =
-                    cem_catalog::Semantic::new(model, &entries, self.vector_cache.as_deref());
+    /// (read from the cache, else computed). On a blocking thread: with
+    /// thousands of tools the index and the vectors take a good part of a
+    /// second, and the cache is files.
+    async fn catalog_of(&self, entries: Vec<Entry>) -> Catalog {
+        let model = match self.ranking {
+            Ranking::Hybrid(model) => Some(model),
+            Ranking::Lexical(_) => None,
+        };
+        let cache = self.vector_cache.clone();
+        let build = move || match model {
+            Some(model) => {
+                let semantic = cem_catalog::Semantic::new(model, &entries, cache.as_deref());
                 Catalog::hybrid(entries, semantic)
             }
-            Ranking::Lexical(_) => Catalog::new(entries),
+            None => Catalog::new(entries),
+        };
+        match tokio::task::spawn_blocking(build).await {
+            Ok(catalog) => catalog,
+            // Only a panic (a bug) gets here: an empty catalog, said loudly,
+            // rather than a dead server.
+            Err(e) => {
+                tracing::error!(error = %e, "building the tool catalog failed; it is empty until the next build");
+                Catalog::new(Vec::new())
+            }
         }
     }
 
@@ -263,7 +277,7 @@ impl CatalogService {
         entries.extend(self.skill_entries().await);
         let unavailable = built.unavailable.clone();
         *slot = Some(Arc::new(Built {
-            catalog: self.catalog_of(entries),
+            catalog: self.catalog_of(entries).await,
             unavailable,
         }));
     }
@@ -407,7 +421,7 @@ impl CatalogService {
         entries.extend(self.registry.iter().cloned());
         entries.extend(self.skill_entries().await);
         Built {
-            catalog: self.catalog_of(entries),
+            catalog: self.catalog_of(entries).await,
             unavailable,
         }
     }

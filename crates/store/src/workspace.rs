@@ -411,13 +411,31 @@ impl Workspace {
         if self.last_walk.load(std::sync::atomic::Ordering::Relaxed) > max {
             return Ok(None);
         }
-        let (files, seen) = self.stamps(max.saturating_add(1))?;
-        Ok((seen <= max).then_some(files))
+        // No more names read than that either, whatever the directories
+        // hold (a directory's names are read before any is visited).
+        match self.stamps_reading(max.saturating_add(1), max.saturating_add(1)) {
+            Ok((files, seen)) => Ok((seen <= max).then_some(files)),
+            Err(WorkspaceError::Io { source, .. }) if too_many(&source) => {
+                self.last_walk
+                    .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The files of a walk that stops after `budget` entries, and the
     /// number of entries it saw.
     fn stamps(&self, budget: usize) -> Result<(Vec<FileStamp>, usize), WorkspaceError> {
+        self.stamps_reading(budget, usize::MAX)
+    }
+
+    /// [`Workspace::stamps`], reading at most `names` directory entries.
+    fn stamps_reading(
+        &self,
+        budget: usize,
+        mut names: usize,
+    ) -> Result<(Vec<FileStamp>, usize), WorkspaceError> {
         self.check_root()?;
         let mut files = Vec::new();
         let mut seen = 0usize;
@@ -438,7 +456,8 @@ impl Workspace {
             }
             seen < budget
         };
-        walk(&start, Path::new(""), &mut collect, false).map_err(|e| WorkspaceError::io(".", e))?;
+        walk_reading(&start, Path::new(""), &mut collect, false, &mut names)
+            .map_err(|e| WorkspaceError::io(".", e))?;
         self.last_walk
             .store(seen, std::sync::atomic::Ordering::Relaxed);
         Ok((files, seen))
@@ -524,10 +543,26 @@ fn walk(
     visit: &mut dyn FnMut(Entry, &cap_std::fs::Metadata) -> bool,
     include_tmp: bool,
 ) -> std::io::Result<()> {
+    let mut unlimited = usize::MAX;
+    walk_reading(dir, prefix, visit, include_tmp, &mut unlimited)
+}
+
+/// [`walk`], reading at most `names` directory entries in all (every name a
+/// directory holds counts, skipped ones too): past that it stops with an
+/// error that [`too_many`] recognises. The visitor's own stop cannot bound
+/// the work alone, since a directory's names are all read (and sorted)
+/// before its first is visited.
+fn walk_reading(
+    dir: &Dir,
+    prefix: &Path,
+    visit: &mut dyn FnMut(Entry, &cap_std::fs::Metadata) -> bool,
+    include_tmp: bool,
+    names: &mut usize,
+) -> std::io::Result<()> {
     // A stack of (open directory, its path, its remaining sorted children).
     let mut stack = vec![(
         prefix.to_path_buf(),
-        sorted_children(dir)?,
+        sorted_children(dir, names)?,
         dir.try_clone()?,
     )];
     loop {
@@ -567,24 +602,48 @@ fn walk(
         }
         if kind == "directory" && depth < MAX_DEPTH {
             // Unreadable subdirectories are skipped, not fatal.
-            if let Ok(sub) = handle.open_dir(&name)
-                && let Ok(grandchildren) = sorted_children(&sub)
-            {
-                stack.push((child_path, grandchildren, sub));
+            if let Ok(sub) = handle.open_dir(&name) {
+                match sorted_children(&sub, names) {
+                    Ok(grandchildren) => stack.push((child_path, grandchildren, sub)),
+                    Err(e) if too_many(&e) => return Err(e),
+                    Err(_) => {}
+                }
             }
         }
     }
     Ok(())
 }
 
-/// A directory's entry names, sorted so that `pop()` yields them in order.
-fn sorted_children(dir: &Dir) -> std::io::Result<Vec<std::ffi::OsString>> {
-    let mut names: Vec<_> = dir
-        .entries()?
-        .filter_map(|e| e.ok().map(|e| e.file_name()))
-        .collect();
+/// A directory's entry names, sorted so that `pop()` yields them in order;
+/// each one read spends one of `budget` (see [`walk_reading`]).
+fn sorted_children(dir: &Dir, budget: &mut usize) -> std::io::Result<Vec<std::ffi::OsString>> {
+    let mut names = Vec::new();
+    for entry in dir.entries()? {
+        *budget = budget
+            .checked_sub(1)
+            .ok_or_else(|| std::io::Error::other(TooMany))?;
+        if let Ok(entry) = entry {
+            names.push(entry.file_name());
+        }
+    }
     names.sort_by(|a, b| b.cmp(a));
     Ok(names)
+}
+
+/// The error of a walk that read more names than it was allowed.
+#[derive(Debug)]
+struct TooMany;
+
+impl std::fmt::Display for TooMany {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("more directory entries than this walk may read")
+    }
+}
+
+impl std::error::Error for TooMany {}
+
+fn too_many(e: &std::io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<TooMany>())
 }
 
 fn format_time(t: SystemTime) -> String {

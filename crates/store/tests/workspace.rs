@@ -328,7 +328,8 @@ fn a_small_workspace_is_walked_in_place_and_a_large_one_is_not() -> TestResult {
     paths.sort();
     assert_eq!(paths, [("a.txt", 1), ("d/b.txt", 2)]);
     // Grown past the bound: this walk stops and says so, and the next one
-    // is not even tried until a full walk finds it small again.
+    // is not even tried until a full walk finds it small again. The names
+    // sit in one directory, which the walk reads no further than the bound.
     for i in 0..10 {
         ws.write(&format!("many/{i}.txt"), b"x")?;
     }
@@ -340,5 +341,19 @@ fn a_small_workspace_is_walked_in_place_and_a_large_one_is_not() -> TestResult {
     assert!(ws.files_if_small(8)?.is_none());
     assert_eq!(ws.files()?.len(), 2);
     assert_eq!(ws.files_if_small(8)?.map(|f| f.len()), Some(2));
+    Ok(())
+}
+
+#[test]
+fn a_walk_in_place_stops_in_a_large_directory() -> TestResult {
+    let (_tmp, ws) = setup(1024)?;
+    ws.write("a.txt", b"1")?;
+    assert_eq!(ws.files()?.len(), 1);
+    // 300 names in the root: more than the walk may read.
+    for i in 0..300 {
+        ws.write(&format!("f{i:03}.txt"), b"x")?;
+    }
+    assert!(ws.files_if_small(64)?.is_none());
+    assert_eq!(ws.files()?.len(), 301, "a full walk still sees everything");
     Ok(())
 }
