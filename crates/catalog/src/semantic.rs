@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use cem_embed::{StaticModel, dot};
+use cem_embed::{StaticModel, dot, normalize};
 use sha2::{Digest, Sha256};
 
 use crate::entry::Entry;
@@ -71,10 +71,7 @@ impl Semantic {
             for row in block.chunks_exact(dims) {
                 centroid.iter_mut().zip(row).for_each(|(c, x)| *c += x);
             }
-            let norm = dot(&centroid, &centroid).sqrt();
-            if norm > 0.0 {
-                centroid.iter_mut().for_each(|c| *c /= norm);
-            }
+            normalize(&mut centroid);
             let index = (centroids.len() / dims) as u32;
             centroids.extend(centroid);
             for i in members {

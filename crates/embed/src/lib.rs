@@ -17,7 +17,7 @@ mod model;
 mod wordpiece;
 
 pub use format::ModelError;
-pub use model::{StaticModel, dot};
+pub use model::{StaticModel, dot, normalize};
 
 /// The model compiled into this binary, parsed on first use. `None` when
 /// the crate was built without the `builtin` feature.

@@ -113,7 +113,7 @@ impl StaticModel {
 }
 
 /// Scales `v` to unit length; leaves a zero vector as it is.
-fn normalize(v: &mut [f32]) {
+pub fn normalize(v: &mut [f32]) {
     let norm = dot(v, v).sqrt();
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x /= norm);
