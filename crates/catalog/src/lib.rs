@@ -21,5 +21,5 @@ pub use cem_embed::StaticModel;
 pub use cem_embed::builtin as builtin_model;
 pub use entry::{Effects, Entry, EntryKind};
 pub use index::{Catalog, Hit};
-pub use semantic::Semantic;
+pub use semantic::{Semantic, texts_to_embed};
 pub use text::{split_words, stem};

@@ -53,7 +53,10 @@ impl Semantic {
             groups.entry(e.category.as_str()).or_default().push(i);
         }
         for (category, members) in groups {
-            let texts: Vec<[String; 2]> = members.iter().map(|i| views(&entries[*i])).collect();
+            let texts: Vec<[String; 2]> = members
+                .iter()
+                .map(|i| texts_to_embed(&entries[*i]))
+                .collect();
             let key = cache_key(model, &texts);
             let cached =
                 cache_dir.and_then(|dir| read_cache(dir, category, &key, members.len() * dims));
@@ -117,8 +120,9 @@ impl Semantic {
 /// The two texts an entry is embedded from: a short one (its name, title
 /// and first sentence) and a long one (its whole description, parameters
 /// and annotations). A short need matches the first, a detailed one the
-/// second; each counts half (see [`embed_all`]).
-fn views(entry: &Entry) -> [String; 2] {
+/// second; each counts half (see [`embed_all`]). Public so that other
+/// models can be measured on the same texts (`examples/search_eval_export.rs`).
+pub fn texts_to_embed(entry: &Entry) -> [String; 2] {
     let name = split_words(&entry.name).join(" ");
     let titles = entry.keywords.join(". ");
     let mut short = format!("{name}. {titles}");

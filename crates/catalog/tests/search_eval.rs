@@ -11,45 +11,16 @@
 //! for its two halves (even and odd lines: the ranking's few constants were
 //! chosen looking at the even half only).
 
+#[path = "search_eval/load.rs"]
+mod load;
+
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::sync::Arc;
 
 use cem_catalog::{Catalog, Entry, Semantic, builtin_model, split_words, stem};
-use serde_json::Value;
+use load::{Need, entries, read_needs};
 
-struct Need {
-    line: usize,
-    text: String,
-    answers: Vec<String>,
-}
-
-fn dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/search_eval")
-}
-
-fn entries() -> Vec<Entry> {
-    let mut files: Vec<_> = std::fs::read_dir(dir().join("servers"))
-        .unwrap_or_else(|e| panic!("servers/: {e}"))
-        .map(|f| f.unwrap_or_else(|e| panic!("servers/: {e}")).path())
-        .collect();
-    files.sort();
-    let mut entries = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{file:?}: {e}"));
-        let list: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{file:?}: {e}"));
-        let server = list["server"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{file:?}: no server"));
-        let instructions: Option<Arc<str>> = list["instructions"].as_str().map(Arc::from);
-        for tool in list["tools"].as_array().into_iter().flatten() {
-            entries.push(
-                Entry::upstream(server, tool, instructions.clone())
-                    .unwrap_or_else(|| panic!("{file:?}: a tool without a name")),
-            );
-        }
-    }
-    entries
+fn needs() -> Vec<Need> {
+    read_needs("needs.jsonl")
 }
 
 fn model() -> &'static cem_catalog::StaticModel {
@@ -58,32 +29,6 @@ fn model() -> &'static cem_catalog::StaticModel {
         Some(Err(e)) => panic!("the built-in model does not load: {e}"),
         None => panic!("built without the `semantic` feature: nothing to evaluate"),
     }
-}
-
-fn needs() -> Vec<Need> {
-    read_needs("needs.jsonl")
-}
-
-fn read_needs(file: &str) -> Vec<Need> {
-    let text = std::fs::read_to_string(dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            let v: Value =
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
-            Need {
-                line: i + 1,
-                text: v["need"].as_str().unwrap_or_default().to_string(),
-                answers: v["answers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.as_str().map(str::to_string))
-                    .collect(),
-            }
-        })
-        .collect()
 }
 
 #[derive(Default, Clone, Copy)]

@@ -1,0 +1,160 @@
+"""Measures a transformer embedding model on the search evaluation, the way the catalog ranks.
+
+    cargo run -p cem-catalog --example search_eval_export > eval.json
+    python3 compare.py eval.json MODEL_DIR [--query-prefix TEXT] [--doc-prefix TEXT]
+
+MODEL_DIR is a sentence-transformers directory of a BERT- or MPNet-family model (config.json,
+model.safetensors, tokenizer.json, and 1_Pooling/config.json for CLS pooling). Needs numpy,
+safetensors and tokenizers. The forward pass is plain numpy, one text at a time: slow, but with no
+torch and nothing downloaded.
+
+It prints top-1, top-3 and MRR for the 265 paraphrased needs and the 36 named ones, by cosine
+alone and by the catalog's hybrid score with this model in place of the built-in static one
+(crates/catalog/src/index.rs: LEXICAL_SHARE, SERVER_WEIGHT, MIN_COSINE). The built-in model's
+own figures come from `cargo test -p cem-catalog --test search_eval -- --nocapture`.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+LEXICAL_SHARE, SERVER_WEIGHT, MIN_COSINE = 0.1, 0.6, 0.15
+
+
+def erf(x):
+    """Abramowitz and Stegun 7.1.26 (error under 1.5e-7): numpy has no erf, and GELU needs it."""
+    t = 1 / (1 + 0.3275911 * np.abs(x))
+    y = 1 - t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))) * np.exp(-x * x)
+    return np.sign(x) * y
+
+
+class Encoder:
+    """A BERT or MPNet encoder with mean or CLS pooling; unit vectors out."""
+
+    def __init__(self, d):
+        self.cfg = json.load(open(os.path.join(d, "config.json")))
+        raw = load_file(os.path.join(d, "model.safetensors"))
+        self.w = {k.split(".", 1)[1] if k.startswith(("bert.", "mpnet.", "model.")) else k: v.astype(np.float32)
+                  for k, v in raw.items()}
+        self.mpnet = self.cfg.get("model_type") == "mpnet"
+        self.eps = self.cfg.get("layer_norm_eps", 1e-12)
+        self.tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        self.tok.no_padding()
+        self.tok.enable_truncation(min(512, self.cfg.get("max_position_embeddings", 512) - 2))
+        pooling = os.path.join(d, "1_Pooling", "config.json")
+        self.cls = os.path.exists(pooling) and json.load(open(pooling)).get("pooling_mode_cls_token", False)
+
+    def _ln(self, x, k):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) / np.sqrt(v + self.eps) * self.w[k + ".weight"] + self.w[k + ".bias"]
+
+    def _lin(self, x, k):
+        return x @ self.w[k + ".weight"].T + self.w[k + ".bias"]
+
+    def _relative_bias(self, n):
+        # MPNet's bucketed relative positions (32 buckets, bidirectional, max distance 128).
+        rel = np.arange(n)[None, :] - np.arange(n)[:, None]
+        buckets, exact = 16, 8
+        base = (rel > 0).astype(np.int64) * buckets
+        a = np.abs(rel)
+        far = exact + (np.log(np.maximum(a, 1) / exact) / math.log(128 / exact) * (buckets - exact)).astype(np.int64)
+        b = base + np.where(a < exact, a, np.minimum(far, buckets - 1))
+        return self.w["encoder.relative_attention_bias.weight"][b].transpose(2, 0, 1)
+
+    def embed(self, text):
+        ids = np.array(self.tok.encode(text).ids)
+        n, w = len(ids), self.w
+        x = w["embeddings.word_embeddings.weight"][ids]
+        if self.mpnet:
+            x = x + w["embeddings.position_embeddings.weight"][2:n + 2]
+        else:
+            x = x + w["embeddings.position_embeddings.weight"][:n] + w["embeddings.token_type_embeddings.weight"][0]
+        x = self._ln(x, "embeddings.LayerNorm")
+        heads = self.cfg["num_attention_heads"]
+        dims = x.shape[1]
+        hd = dims // heads
+        bias = self._relative_bias(n) if self.mpnet else 0.0
+        if self.mpnet:
+            names = ("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o", "attention.LayerNorm")
+        else:
+            names = ("attention.self.query", "attention.self.key", "attention.self.value",
+                     "attention.output.dense", "attention.output.LayerNorm")
+        for i in range(self.cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            q, k, v = (self._lin(x, p + m).reshape(n, heads, hd).transpose(1, 0, 2) for m in names[:3])
+            a = q @ k.transpose(0, 2, 1) / math.sqrt(hd) + bias
+            a = np.exp(a - a.max(-1, keepdims=True))
+            a /= a.sum(-1, keepdims=True)
+            c = (a @ v).transpose(1, 0, 2).reshape(n, dims)
+            x = self._ln(x + self._lin(c, p + names[3]), p + names[4])
+            h = self._lin(x, p + "intermediate.dense")
+            h = 0.5 * h * (1 + erf(h / math.sqrt(2)))
+            x = self._ln(x + self._lin(h, p + "output.dense"), p + "output.LayerNorm")
+        v = x[0] if self.cls else x.mean(0)
+        return v / np.linalg.norm(v)
+
+
+def scores(needs, names, rank):
+    t1 = t3 = 0
+    rr = 0.0
+    for need in needs:
+        order = np.argsort(-rank(need), kind="stable")[:20]
+        hit = next((r for r, j in enumerate(order) if names[j] in need["answers"]), None)
+        if hit is not None:
+            t1 += hit == 0
+            t3 += hit < 3
+            rr += 1 / (hit + 1)
+    n = len(needs)
+    return f"top-1 {100 * t1 / n:5.1f}%  top-3 {100 * t3 / n:5.1f}%  MRR {rr / n:.3f}  ({n} needs)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("export")
+    ap.add_argument("model")
+    ap.add_argument("--query-prefix", default="")
+    ap.add_argument("--doc-prefix", default="")
+    args = ap.parse_args()
+    data = json.load(open(args.export))
+    tools, needs = data["tools"], data["needs"]
+    names = [t["name"] for t in tools]
+    enc = Encoder(args.model)
+    tv = np.array([(enc.embed(args.doc_prefix + t["short"]) + enc.embed(args.doc_prefix + t["long"])) / 2 for t in tools])
+    servers = sorted({t["server"] for t in tools})
+    of = np.array([servers.index(t["server"]) for t in tools])
+    centroids = np.stack([tv[of == s].sum(0) for s in range(len(servers))])
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    started = time.perf_counter()
+    for need in needs:
+        need["_q"] = enc.embed(args.query_prefix + need["need"])
+    per_query = (time.perf_counter() - started) * 1000 / len(needs)
+
+    def cosine(need):
+        return tv @ need["_q"]
+
+    def hybrid(need):
+        cos = tv @ need["_q"]
+        lex = np.zeros(len(tools))
+        for i, s in need["lexical"]:
+            lex[i] = s
+        best = lex.max()
+        lex_share = lex / best if best > 0 else lex
+        s = LEXICAL_SHARE * lex_share + (1 - LEXICAL_SHARE) * np.maximum(cos + SERVER_WEIGHT * (centroids @ need["_q"])[of], 0)
+        s[(lex == 0) & (cos < MIN_COSINE)] = -1
+        return s
+
+    for file in ("needs.jsonl", "named.jsonl"):
+        subset = [n for n in needs if n["set"] == file]
+        print(f"{file:12s} cosine  {scores(subset, names, cosine)}")
+        print(f"{file:12s} hybrid  {scores(subset, names, hybrid)}")
+    print(f"numpy forward pass: {per_query:.1f} ms a need (not the speed of an optimized runtime)")
+
+
+if __name__ == "__main__":
+    main()
