@@ -2,7 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
@@ -113,14 +113,24 @@ impl AuditLog {
             (None, _) => true,
         };
         if moved {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)?;
+            if let Some(dir) = self.path.parent()
+                && !dir.exists()
+            {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)?;
             }
             let file = OpenOptions::new()
                 .create(true)
                 .append(true)
                 .mode(0o600)
                 .open(&self.path)?;
+            // A file made before us (by hand, or by another tool) keeps its
+            // mode on open: the log holds who called what, for the owner only.
+            if file.metadata()?.permissions().mode() & 0o077 != 0 {
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
             *slot = Some(file);
         }
         slot.as_mut()
@@ -201,5 +211,32 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("the tool call is refused"), "{err}");
+    }
+
+    #[test]
+    fn a_log_made_readable_to_others_is_made_private_again() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("audit").join("audit.jsonl");
+        let log = AuditLog::new(path.clone(), 1 << 20, 2);
+        assert!(
+            log.append("call", serde_json::json!({"tool": "a.b"}))
+                .is_ok()
+        );
+        let mode = |p: &Path| {
+            std::fs::metadata(p)
+                .map(|m| m.permissions().mode() & 0o777)
+                .unwrap_or(0)
+        };
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(dir.path().join("audit").as_path()), 0o700);
+        let other = dir.path().join("other.jsonl");
+        assert!(std::fs::write(&other, "").is_ok());
+        assert!(std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o666)).is_ok());
+        let log = AuditLog::new(other.clone(), 1 << 20, 2);
+        assert!(
+            log.append("call", serde_json::json!({"tool": "a.b"}))
+                .is_ok()
+        );
+        assert_eq!(mode(&other), 0o600);
     }
 }

@@ -11,8 +11,10 @@ use crate::log::rotated;
 /// Which lines `audit` shows. Every set field must match.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
-    /// A tool (`server.tool`), a server (`server`), or a glob on either.
-    pub tool: Option<String>,
+    /// A tool (`server.tool`), a server (`server`), or a glob on either,
+    /// matched as the policy matches its rules (case, `-`, `_` and `.` in
+    /// a tool's name do not count).
+    pub tool: Option<cem_policy::Pattern>,
     /// An MCP session or an execute_code `session_id`.
     pub session: Option<String>,
     /// `allow`, `ask` or `deny` (the decision), or an answer to an
@@ -27,14 +29,9 @@ pub struct Filter {
 impl Filter {
     pub fn matches(&self, line: &Value) -> bool {
         let text = |key: &str| line.get(key).and_then(Value::as_str).unwrap_or_default();
-        if let Some(tool) = &self.tool {
-            let name = text("tool");
-            let glob = if tool.contains('.') || tool.contains('*') {
-                tool.clone()
-            } else {
-                format!("{tool}.*")
-            };
-            if !glob_match(&glob, name) {
+        if let Some(pattern) = &self.tool {
+            let (server, tool) = text("tool").split_once('.').unwrap_or((text("tool"), ""));
+            if !pattern.matches(server, tool) {
                 return false;
             }
         }
@@ -105,24 +102,14 @@ pub fn read(path: &Path, filter: &Filter, last: usize) -> Result<Vec<Value>, Aud
     Ok(out.into())
 }
 
-fn glob_match(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == text,
-        Some((head, rest)) => {
-            let Some(tail) = text.strip_prefix(head) else {
-                return false;
-            };
-            (0..=tail.len())
-                .filter(|i| tail.is_char_boundary(*i))
-                .any(|i| glob_match(rest, &tail[i..]))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::AuditLog;
+
+    fn pattern(text: &str) -> cem_policy::Pattern {
+        cem_policy::Pattern::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
     use serde_json::json;
 
     #[test]
@@ -151,12 +138,12 @@ mod tests {
         let ns: Vec<_> = last.iter().map(|v| v["n"].as_u64().unwrap_or(0)).collect();
         assert_eq!(ns, [55, 56, 57, 58, 59]);
         let memory = Filter {
-            tool: Some("memory".into()),
+            tool: Some(pattern("memory")),
             ..Filter::default()
         };
         assert_eq!(read(&path, &memory, 1000).unwrap_or_default().len(), 30);
         let denied_git = Filter {
-            tool: Some("git.git_*".into()),
+            tool: Some(pattern("git.git_*")),
             decision: Some("deny".into()),
             ..Filter::default()
         };
@@ -173,5 +160,34 @@ mod tests {
             ..Filter::default()
         };
         assert!(read(&path, &future, 1000).unwrap_or_default().is_empty());
+    }
+
+    #[test]
+    fn a_tool_is_found_under_every_spelling_the_policy_treats_as_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("audit.jsonl");
+        let log = AuditLog::new(path.clone(), 1 << 20, 2);
+        for tool in [
+            "everything.get-sum",
+            "everything.GET_SUM",
+            "Everything.Get-Sum",
+            "everything.get_summary",
+        ] {
+            let _ = log.append("decision", json!({"tool": tool}));
+        }
+        for asked in [
+            "everything.get_sum",
+            "everything.get-sum",
+            "EVERYTHING.get_sum",
+            "Everything",
+        ] {
+            let filter = Filter {
+                tool: Some(pattern(asked)),
+                ..Filter::default()
+            };
+            let found = read(&path, &filter, 100).unwrap_or_default();
+            let expected = if asked == "Everything" { 4 } else { 3 };
+            assert_eq!(found.len(), expected, "--tool {asked}: {found:?}");
+        }
     }
 }

@@ -19,8 +19,16 @@ pub fn run(cli: &Cli, args: &AuditArgs) -> anyhow::Result<ExitCode> {
         Some(path) => path,
         None => setup::data_dir(cli)?.join("audit").join("audit.jsonl"),
     };
+    let tool = args
+        .tool
+        .as_deref()
+        .map(cem_policy::Pattern::parse)
+        .transpose()
+        .context(
+            "--tool takes a tool (server.tool), a server, or a glob such as github.delete_*",
+        )?;
     let filter = Filter {
-        tool: args.tool.clone(),
+        tool,
         session: args.session.clone(),
         decision: args.decision.clone(),
         event: args.event.clone(),

@@ -3,9 +3,17 @@
 use std::fmt;
 
 /// A glob on `server.tool`: `*` matches any run of characters. A pattern
-/// without a dot names a whole server (`github` is `github.*`). `-` and `_`
-/// are the same character, so `everything.get_sum` also names the upstream's
-/// `get-sum` (the name Python code uses for it).
+/// without a dot names a whole server (`github` is `github.*`).
+///
+/// Names compare as Python code names them, so that a rule written with
+/// the name code uses covers the tool: case does not count, every character
+/// other than a letter or a digit is `_` (`everything.get_sum` names the
+/// upstream's `get-sum`, `odd.delete_repo` its `delete.repo` and
+/// `odd.drop_table` its `drop table`), leading and trailing `_` do not count
+/// (`odd.import_` names `import`), and compatibility forms are folded
+/// (`ﬁle_delete` with a ligature is `file_delete`). A tool name matches
+/// when either its letters as written or their ASCII spelling (what Python
+/// code calls it: `_le_delete`) does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
     text: String,
@@ -21,7 +29,9 @@ pub enum PatternError {
         "'{0}' has an empty server or tool part; write \"server.tool\", \"server.*\" or \"server\""
     )]
     EmptyPart(String),
-    #[error("'{0}' has a control character or a space; tool names have none")]
+    #[error(
+        "'{0}' has a control character or a space; write a space in a tool's name as _ (a rule's _ also matches -, . and spaces)"
+    )]
     BadCharacter(String),
 }
 
@@ -54,7 +64,16 @@ impl Pattern {
     }
 
     pub fn matches(&self, server: &str, tool: &str) -> bool {
-        glob(&self.server, &fold(server)) && glob(&self.tool, &fold(tool))
+        let spellings = |name: &str| {
+            let unicode = fold(name);
+            let ascii = fold_ascii(name);
+            (unicode != ascii)
+                .then_some(ascii)
+                .into_iter()
+                .chain([unicode])
+        };
+        spellings(server).any(|s| glob(&self.server, &s))
+            && spellings(tool).any(|t| glob(&self.tool, &t))
     }
 
     /// How specific the pattern is: a pattern without `*` beats every glob;
@@ -73,17 +92,33 @@ impl fmt::Display for Pattern {
     }
 }
 
-/// Names compare without case and with `-` as `_`.
+/// A name as it compares (see [`Pattern`]): NFKC, lowercase, every
+/// character but a letter, a digit or the glob's `*` as `_`, without `_` at
+/// either end.
 fn fold(text: &str) -> String {
-    text.chars()
+    use unicode_normalization::UnicodeNormalization;
+    let folded: String = text
+        .nfkc()
+        .flat_map(char::to_lowercase)
         .map(|c| {
-            if c == '-' {
-                '_'
+            if c.is_alphanumeric() || c == '*' {
+                c
             } else {
-                c.to_ascii_lowercase()
+                '_'
             }
         })
-        .collect()
+        .collect();
+    folded.trim_matches('_').to_string()
+}
+
+/// [`fold`] with every character outside ASCII as `_` too, as the
+/// generated Python names spell it.
+fn fold_ascii(text: &str) -> String {
+    let ascii: String = text
+        .chars()
+        .map(|c| if c.is_ascii() { c } else { '_' })
+        .collect();
+    fold(&ascii)
 }
 
 /// `*`-only glob matching, linear in practice (greedy with backtracking to
@@ -135,6 +170,28 @@ mod tests {
         assert!(!p("a*b*c").matches("x", "y"));
         assert!(p("x.a*b*c").matches("x", "aXbYc"));
         assert!(!p("x.a*b*c").matches("x", "aXbYcd"));
+    }
+
+    #[test]
+    fn rules_written_with_python_names_cover_the_tools() {
+        // Each: the rule as written, the tool's name on its server.
+        for (rule, tool) in [
+            ("odd.delete_repo", "delete.repo"),
+            ("odd.delete.repo", "delete.repo"),
+            ("odd.drop_table", "drop table"),
+            ("odd.import_", "import"),
+            ("odd.import", "import"),
+            ("odd._2fa", "2fa"),
+            ("odd.file_delete", "\u{fb01}le_delete"),
+            ("odd._le_delete", "\u{fb01}le_delete"),
+            ("odd.send_*", "Send.Mail"),
+            ("odd.café", "CAFÉ"),
+        ] {
+            assert!(p(rule).matches("odd", tool), "{rule} must cover {tool:?}");
+        }
+        assert!(!p("odd.delete_repo").matches("odd", "delete_repos"));
+        assert!(!p("odd.drop_table").matches("odd", "droptable"));
+        assert!(!p("odd.delete_*").matches("odd", "undelete.repo"));
     }
 
     #[test]
