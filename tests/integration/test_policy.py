@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, types
 
-from conftest import SDK1_PYTHON, run_cli, stdio_params
+from conftest import SDK1_PYTHON, run_cli, start_http, stdio_params
 from test_upstream import FILESYSTEM, MEMORY
 
 pytestmark = pytest.mark.anyio
@@ -296,3 +296,111 @@ def test_tools_call_from_the_cli_follows_the_policy(data_dir: Path, tmp_path: Pa
     assert graph(tmp_path) == []
     lines = audit_lines(data_dir)
     assert lines[-1]["caller"] == "cli" and lines[-1]["outcome"] == "refused"
+
+
+FAULT = str(Path(__file__).parent / "servers" / "fault_server.py")
+
+
+def fault_config(tmp_path: Path, policy: dict, extra_tools: str = "") -> Path:
+    config = {
+        "mcpServers": {"fault": {"command": str(SDK1_PYTHON), "args": [FAULT], "env": {"FAULT_EXTRA_TOOLS": extra_tools}}},
+        "policy": policy,
+    }
+    path = tmp_path / "fault_config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def outcome_of(call: str) -> str:
+    return f"""
+try:
+    result = {call}
+except ToolError as e:
+    result = "refused: " + str(e)
+"""
+
+
+async def test_rules_written_with_the_python_names_cover_tools_with_awkward_names(data_dir: Path, tmp_path: Path):
+    # The generated wrappers name `delete.repo` delete_repo, `import` import_ and `drop table`
+    # drop_table: a rule written with those names must cover the tools, by any spelling the
+    # code uses to call them.
+    config = fault_config(
+        tmp_path,
+        {"rules": {"fault.delete_repo": "deny", "fault.import_": "deny", "fault.drop_table": "deny", "fault.*": "allow"}},
+        "delete.repo,import,drop table,keep.me",
+    )
+    calls = {
+        'call_tool("fault.delete.repo", {})': "fault.delete_repo",
+        'call_tool("fault.delete_repo", {})': "fault.delete_repo",
+        'call_tool("fault.import_", {})': "fault.import_",
+        'call_tool("fault.import", {})': "fault.import_",
+        'call_tool("fault.drop table", {})': "fault.drop_table",
+        'call_tool("fault.drop_table", {})': "fault.drop_table",
+    }
+    async with client(data_dir, config) as c:
+        for call, rule in calls.items():
+            body = await run(c, outcome_of(call))
+            assert body["success"], body
+            assert "the policy denies" in body["result"] and f'rule "{rule}"' in body["result"], (call, body)
+        kept = await run(c, outcome_of('call_tool("fault.keep_me", {})'))
+    assert kept["result"] == "keep.me", kept
+
+
+async def test_a_made_up_tool_name_is_refused_as_unknown_with_the_closest_names(data_dir: Path, tmp_path: Path):
+    # Not "needs approval" for a tool that "appeared since pinned": a misspelt name is the
+    # usual cause, and the agent needs the right one. A megabyte name from code must neither
+    # come back whole nor reach the audit log, where a loop of them would push older lines out.
+    config = fault_config(tmp_path, {"rules": {"fault.*": "allow"}})
+    async with client(data_dir, config) as c:
+        misspelt = await run(c, outcome_of('call_tool("fault.slep", {"seconds": 0})'))
+        huge = await run(c, outcome_of('call_tool("fault." + "a" * 1_000_000, {})'))
+    result = misspelt["result"]
+    assert "fault has no tool named 'slep'; closest: fault.sleep" in result and "search_tools" in result, result
+    assert "approval" not in result and "policy accept" not in result, result
+    result = huge["result"]
+    assert "fault has no tool named 'aaa" in result and "(1000000 bytes)" in result and len(result) < 2000, result[:300]
+    audit = data_dir / "audit" / "audit.jsonl"
+    assert not audit.exists() or audit.stat().st_size < 10_000
+
+
+async def test_a_call_cut_off_by_the_execution_timeout_is_still_audited(data_dir: Path, tmp_path: Path):
+    config = fault_config(tmp_path, {"rules": {"fault.*": "allow"}})
+    async with client(data_dir, config) as c:
+        answer = await c.call_tool("execute_code", {"code": 'call_tool("fault.sleep", {"seconds": 30})', "timeout_seconds": 2})
+    body = answer.structured_content
+    assert not body["success"], body
+    calls = [line for line in audit_lines(data_dir) if line["event"] == "call"]
+    assert [c["tool"] for c in calls] == ["fault.sleep"], calls
+    assert calls[0]["ok"] is False and "no answer" in calls[0]["error"], calls
+
+
+async def test_over_stateless_http_allow_for_the_session_is_not_offered_and_lasts_one_execution(data_dir: Path, tmp_path: Path):
+    # Stateless requests (protocol 2026-07-28) have no session: every client of the person shares
+    # one key, and nothing ends it. A grant "for this session" would cover other clients, forever.
+    server = start_http(data_dir, config=write_config(tmp_path))
+    try:
+        human = Human("allow_session")
+        async with Client(server.url, elicitation_callback=human) as c:
+            for start in (0, 1):
+                body = await run(c, entity_code(1, start))
+                assert body["success"], body
+        assert len(human.questions) == 2, "each execution asks again"
+        choices = [c["const"] for c in human.questions[0].requested_schema["properties"]["decision"]["oneOf"]]
+        assert choices == ["allow_once", "allow_execution", "deny"], choices
+        other = Human("deny")
+        async with Client(server.url, elicitation_callback=other) as c:
+            body = await run(c, entity_code(1, start=2))
+        assert not body["success"] and len(other.questions) == 1, body
+    finally:
+        server.stop()
+    assert graph(tmp_path) == ["person0", "person1"]
+    answers = [line["answer"] for line in audit_lines(data_dir) if line["event"] == "decision" and line["asked"]]
+    assert answers == ["allow_execution", "allow_execution", "deny"], answers
+
+
+def test_a_config_naming_a_rule_twice_is_refused(tmp_path: Path):
+    config = tmp_path / "mcp_config.json"
+    config.write_text('{"policy": {"rules": {\n  "memory.create_entities": "deny",\n  "memory.create_entities": "allow"\n}}}')
+    checked = run_cli("--config", str(config), "tools", "list", env={"CODE_EXECUTION_MCP_DATA_DIR": str(tmp_path / "d")})
+    assert checked.returncode != 0, checked.stdout
+    assert '"memory.create_entities" appears twice in one object' in checked.stderr and "line 3" in checked.stderr, checked.stderr

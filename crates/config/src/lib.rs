@@ -17,6 +17,7 @@ mod model;
 mod parse;
 mod requirement;
 mod secret;
+mod unique;
 
 pub use access::{Ability, AuthConfig, OAuthConfig, QuotaConfig, StoreConfig};
 /// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.

@@ -45,12 +45,14 @@ pub fn parse_str(
     path: &Path,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Parsed, ConfigError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+    let syntax = |e: serde_json::Error| ConfigError::Syntax {
         path: path.to_path_buf(),
         line: e.line(),
         column: e.column(),
         message: without_position(&e.to_string()),
-    })?;
+    };
+    serde_json::from_str::<crate::unique::Unique>(text).map_err(syntax)?;
+    let root: Value = serde_json::from_str(text).map_err(syntax)?;
     let mut cx = Cx {
         lookup,
         lenient: false,

@@ -40,6 +40,9 @@ pub struct Question {
     /// Why the policy asks (the rule, the annotation, a pin change).
     pub reason: String,
     pub timeout: Duration,
+    /// Whether "allow for this session" is offered: not to stateless
+    /// requests, which have no session (see `privacy::is_a_session`).
+    pub session_choice: bool,
 }
 
 impl Question {
@@ -64,20 +67,21 @@ impl Question {
     }
 
     /// The form: one choice.
-    pub fn schema() -> Value {
+    pub fn schema(&self) -> Value {
+        let mut choices = vec![
+            json!({"const": "allow_once", "title": "Allow this call once"}),
+            json!({"const": "allow_execution", "title": "Allow this tool for the rest of this execution"}),
+        ];
+        if self.session_choice {
+            choices.push(
+                json!({"const": "allow_session", "title": "Allow this tool for this session"}),
+            );
+        }
+        choices.push(json!({"const": "deny", "title": "Deny"}));
         json!({
             "type": "object",
             "properties": {
-                "decision": {
-                    "type": "string",
-                    "title": "Allow this tool call?",
-                    "oneOf": [
-                        {"const": "allow_once", "title": "Allow this call once"},
-                        {"const": "allow_execution", "title": "Allow this tool for the rest of this execution"},
-                        {"const": "allow_session", "title": "Allow this tool for this session"},
-                        {"const": "deny", "title": "Deny"}
-                    ]
-                }
+                "decision": {"type": "string", "title": "Allow this tool call?", "oneOf": choices}
             },
             "required": ["decision"]
         })
@@ -87,7 +91,7 @@ impl Question {
     pub fn elicit_request(&self) -> Result<ElicitRequest, String> {
         serde_json::from_value(json!({
             "method": "elicitation/create",
-            "params": {"mode": "form", "message": self.message(), "requestedSchema": Question::schema()}
+            "params": {"mode": "form", "message": self.message(), "requestedSchema": self.schema()}
         }))
         .map_err(|e| format!("cannot build the approval question: {e}"))
     }
@@ -278,6 +282,7 @@ mod tests {
             earlier_calls: 2,
             reason: "rule \"memory.create_entities\"".into(),
             timeout: Duration::from_secs(120),
+            session_choice: true,
         };
         let request = q.elicit_request();
         assert!(request.is_ok(), "{request:?}");

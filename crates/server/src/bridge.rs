@@ -215,18 +215,25 @@ async fn call(
         Some(found) => found,
         None => match manager.find_known_tool(&server, pick) {
             Some(found) => found,
-            None => manager
-                .tools(&server, false)
-                .await
-                .ok()
-                .and_then(|tools| {
-                    tools
+            // The server's list when it can be had; without it the gate
+            // refuses, as it cannot check the call.
+            None => match manager.tools(&server, false).await {
+                Ok(tools) => {
+                    let found = tools
                         .iter()
                         .find(|t| t.name == name)
-                        .or_else(|| tools.iter().find(|t| pick(&t.name)))
-                        .map(|t| t.name.to_string())
-                })
-                .unwrap_or_else(|| name.to_string()),
+                        .or_else(|| tools.iter().find(|t| pick(&t.name)));
+                    match found {
+                        Some(tool) => tool.name.to_string(),
+                        None => {
+                            let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+                            let shown = crate::gate::capped(name);
+                            return Err(fail(&server, &shown, unknown_tool(&server, name, &names)));
+                        }
+                    }
+                }
+                Err(_) => name.to_string(),
+            },
         },
     };
     // The arguments as the model would see them, for an approval question:
@@ -276,6 +283,34 @@ async fn call(
         None => convert(state, &content),
     };
     Ok(value)
+}
+
+/// The refusal of a name the server does not list, with its closest names
+/// (a misspelling is the usual cause).
+fn unknown_tool(server: &str, name: &str, names: &[&str]) -> String {
+    let wanted = alias(name).to_lowercase();
+    let mut close: Vec<(f64, &str)> = names
+        .iter()
+        .map(|n| (strsim::jaro_winkler(&wanted, &alias(n).to_lowercase()), *n))
+        .filter(|(score, _)| *score > 0.7)
+        .collect();
+    close.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let hint = match close.as_slice() {
+        [] => String::new(),
+        close => {
+            let names: Vec<String> = close
+                .iter()
+                .take(3)
+                .map(|(_, n)| format!("{server}.{n}"))
+                .collect();
+            format!("; closest: {}", names.join(", "))
+        }
+    };
+    format!(
+        "{server} has no tool named '{}'{hint}. search_tools finds tools by what they do; \
+         call one by the name it gives.",
+        crate::gate::capped(name)
+    )
 }
 
 /// All text blocks joined, when every block is text.

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use cem_audit::AuditLog;
+use cem_audit::{AuditError, AuditLog};
 use cem_policy::{Budgets, Decision, PinState, Pins, Policy, ToolFacts};
 use cem_store::PinStore;
 use cem_upstream::Manager;
@@ -172,14 +172,21 @@ impl Gate {
         arguments: Option<JsonObject>,
         shown: &(dyn Fn() -> Value + Sync),
     ) -> Result<CallToolResult, String> {
-        let name = format!("{server}.{tool}");
+        let name = capped(&format!("{server}.{tool}"));
         let args_text = arguments
             .as_ref()
             .map(|a| serde_json::to_string(a).unwrap_or_default())
             .unwrap_or_default();
         self.admit(manager, exec, server, tool, &name, shown)
             .await?;
-        let started = Instant::now();
+        let record = CallRecord {
+            gate: self,
+            exec,
+            name: &name,
+            args_text,
+            started: Instant::now(),
+            written: false,
+        };
         let outcome = manager
             .call_with_progress(server, tool, arguments, None, exec.progress.clone())
             .await
@@ -193,17 +200,7 @@ impl Gate {
             }
             Err(e) => (0, Some(e.clone())),
         };
-        let recorded = self.audit.append(
-            "call",
-            json!({
-                "exec": exec.id, "caller": exec.caller.as_str(), "session": exec.session,
-                "session_id": exec.session_id, "tool": name,
-                "args_digest": sha256(args_text.as_bytes()), "args_bytes": args_text.len(),
-                "result_bytes": result_bytes, "ms": started.elapsed().as_secs_f64() * 1000.0,
-                "ok": error.is_none(), "error": error,
-            }),
-        );
-        if let Err(e) = recorded {
+        if let Err(e) = record.write(result_bytes, error) {
             return Err(format!("{name} ran, but {e}"));
         }
         outcome
@@ -221,7 +218,15 @@ impl Gate {
         shown: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), String> {
         let (facts, description) = match self.facts(manager, server, tool).await {
-            Ok(found) => found,
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                let why = format!("{server} lists no tool named {}", capped(tool));
+                self.record(exec, name, Decision::Deny, None, &why, None, "refused")?;
+                return Err(format!(
+                    "refused: {why}. Find its tools with search_tools or list_tool_categories, \
+                     and call one by the name they give."
+                ));
+            }
             Err(why) => {
                 let message = format!(
                     "refused: the policy needs the server's tool list to check {name}, and {why}"
@@ -368,6 +373,7 @@ impl Gate {
                 None,
             ));
         };
+        let session_choice = crate::privacy::is_a_session(&exec.session);
         let question = Question {
             tool: name.to_string(),
             description: description.to_string(),
@@ -375,6 +381,7 @@ impl Gate {
             earlier_calls: earlier,
             reason: reason.to_string(),
             timeout: std::time::Duration::from_secs(self.policy.approval_timeout_seconds),
+            session_choice,
         };
         exec.paused.start();
         let answered = approver.ask(question).await;
@@ -406,6 +413,17 @@ impl Gate {
                 Err((message, Some(answered)))
             }
             Answer::Once => Ok(answered),
+            // A stateless request has no session to remember a grant in
+            // (the question did not offer it): the rest of this execution.
+            Answer::Execution | Answer::Session if !session_choice => {
+                if let Ok(mut g) = exec.grants.lock() {
+                    g.insert(name.to_string());
+                }
+                Ok(Answered {
+                    answer: Answer::Execution,
+                    by: answered.by,
+                })
+            }
             Answer::Execution => {
                 if let Ok(mut g) = exec.grants.lock() {
                     g.insert(name.to_string());
@@ -457,7 +475,7 @@ impl Gate {
         manager: &Manager,
         server: &str,
         tool: &str,
-    ) -> Result<(ToolFacts, String), String> {
+    ) -> Result<Option<(ToolFacts, String)>, String> {
         let list = manager
             .live_tools(server)
             .await
@@ -474,14 +492,7 @@ impl Gate {
                 computed
             }
         };
-        Ok(facts.tools.get(tool).cloned().unwrap_or((
-            ToolFacts {
-                read_only: None,
-                destructive: None,
-                pin: PinState::New,
-            },
-            String::new(),
-        )))
+        Ok(facts.tools.get(tool).cloned())
     }
 
     fn pins_stamp(&self, server: &str) -> Option<(SystemTime, u64)> {
@@ -535,6 +546,72 @@ impl Gate {
             tools: facts,
         })
     }
+}
+
+/// The audit record of one call that went to the upstream. Written when
+/// the answer comes, or, if the call is dropped first (the execution timed
+/// out or was cancelled), as a call that did not answer: the upstream may
+/// have done the work, and the log must say that it was asked to.
+struct CallRecord<'a> {
+    gate: &'a Gate,
+    exec: &'a Execution,
+    name: &'a str,
+    args_text: String,
+    started: Instant,
+    written: bool,
+}
+
+impl CallRecord<'_> {
+    fn write(mut self, result_bytes: usize, error: Option<String>) -> Result<(), AuditError> {
+        self.written = true;
+        self.append(result_bytes, error)
+    }
+
+    fn append(&self, result_bytes: usize, error: Option<String>) -> Result<(), AuditError> {
+        let exec = self.exec;
+        self.gate.audit.append(
+            "call",
+            json!({
+                "exec": exec.id, "caller": exec.caller.as_str(), "session": exec.session,
+                "session_id": exec.session_id, "tool": self.name,
+                "args_digest": sha256(self.args_text.as_bytes()), "args_bytes": self.args_text.len(),
+                "result_bytes": result_bytes, "ms": self.started.elapsed().as_secs_f64() * 1000.0,
+                "ok": error.is_none(), "error": error,
+            }),
+        )
+    }
+}
+
+impl Drop for CallRecord<'_> {
+    fn drop(&mut self) {
+        if !self.written {
+            let why = "no answer: the execution ended (timed out or was cancelled) while the tool ran; \
+                       the upstream may have done the work";
+            if let Err(e) = self.append(0, Some(why.to_string())) {
+                tracing::error!(
+                    tool = self.name,
+                    "a cancelled call could not be audited: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// The most of a tool name an audit line or a refusal carries. Code can
+/// pass any string as a name; a megabyte name in every refusal would push
+/// the log's older lines out of rotation.
+const MAX_NAME: usize = 200;
+
+/// `name`, cut to [`MAX_NAME`] bytes with its full length said.
+pub(crate) fn capped(name: &str) -> String {
+    if name.len() <= MAX_NAME {
+        return name.to_string();
+    }
+    let mut end = MAX_NAME;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &name[..end], name.len())
 }
 
 fn pin_hint(pin: PinState, server: &str, tool: &str) -> String {

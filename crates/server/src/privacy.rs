@@ -56,9 +56,22 @@ pub fn session_key(parts: Option<&axum::http::request::Parts>, connection: u64) 
         return connection_key(connection);
     }
     match parts.and_then(|p| p.extensions.get::<cem_auth::Principal>()) {
-        Some(principal) => format!("principal:{}", principal.tenant),
-        None => "http-local".to_string(),
+        Some(principal) => format!("{PRINCIPAL_PREFIX}{}", principal.tenant),
+        None => LOCAL_KEY.to_string(),
     }
+}
+
+/// The key of stateless requests by a signed-in principal, before its tenant.
+const PRINCIPAL_PREFIX: &str = "principal:";
+/// The key of stateless requests without sign-in.
+const LOCAL_KEY: &str = "http-local";
+
+/// Whether `key` is a session that ends (a connection, a stateful HTTP
+/// session, a CLI run), not the key every stateless request of a person
+/// shares: "allow for this session" means nothing there, as no session
+/// ends it and other clients of the same person share the key.
+pub fn is_a_session(key: &str) -> bool {
+    key != LOCAL_KEY && !key.starts_with(PRINCIPAL_PREFIX)
 }
 
 /// The protocol version whose HTTP requests carry no session.

@@ -5,7 +5,8 @@ answers late; slow_steps(steps) reports progress and notes its cancellation; fre
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
 SIGTERM and the end of its input, and writes both pids to that file; with FAULT_ORPHAN_PIDFILE set,
 it exits at the end of its input but its child ignores SIGTERM; FAULT_START_DELAY (seconds) makes
-it slow to start.
+it slow to start. FAULT_EXTRA_TOOLS (names separated by commas) adds tools with awkward names
+("delete.repo", "import", "drop table") from the start; each returns its own name.
 """
 
 import asyncio
@@ -14,6 +15,9 @@ import os
 from mcp.server.fastmcp import Context, FastMCP, Image
 
 server = FastMCP("fault")
+
+for extra in filter(None, os.environ.get("FAULT_EXTRA_TOOLS", "").split(",")):
+    server.add_tool(lambda extra=extra: extra, name=extra, description=f"answers {extra}")
 
 
 @server.tool()
