@@ -193,7 +193,8 @@ result = out
         body = await run(client, code)
         assert body["success"], body
         notfound, unknown, badname = body["result"]
-        assert notfound.startswith("everything.no_such_tool:")
+        assert notfound.startswith("everything.no_such_tool: everything has no tool named 'no_such_tool'"), notfound
+        assert "approval" not in notfound, notfound
         assert "no upstream server named 'nosuchserver'" in unknown
         assert "not a tool name" in badname
 
@@ -400,3 +401,25 @@ result = {"error": error, "seconds": time.monotonic() - t0, "after": call_tool("
         assert "over 64 MiB" in body["result"]["error"] and "ask the tool for less" in body["result"]["error"], body
         assert body["result"]["seconds"] < 50, "the call waited for its timeout"
         assert "ok from" in json.dumps(body["result"]["after"])
+
+
+async def test_tool_names_with_double_underscores_and_dots_are_called_by_wrapper_and_name(data_dir: Path, tmp_path: Path):
+    # `server__tool` is an accepted spelling of `server.tool`; a tool whose own name has `__`
+    # must still be found (the dot, which a server's name never has, splits first).
+    config = tmp_path / "mcp_config.json"
+    config.write_text(json.dumps({"mcpServers": {
+        "fault": {"command": str(SDK1_PYTHON), "args": [FAULT], "env": {"FAULT_EXTRA_TOOLS": "list__items,read.me"}}}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    code = """
+from servers.fault import list__items, read_me
+result = [call_tool("fault.list__items", {}), list__items(), call_tool("fault.read.me", {}), read_me(),
+          call_tool("fault__ok", {})]
+"""
+    async with Client(params) as client:
+        body = await run(client, code)
+        definition = await client.call_tool("get_tool_definition", {"tool_name": "fault.list__items"})
+    assert body["success"] and body["result"][:4] == ["list__items", "list__items", "read.me", "read.me"], body
+    assert "ok from" in str(body["result"][4]), body
+    assert not definition.is_error, definition
+

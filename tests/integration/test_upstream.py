@@ -103,6 +103,12 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         assert bad["is_error"] and "detail_level must be" in bad["error"]
         nocat = await call(client, "search_tools", {"query": "x", "category": "nope"})
         assert nocat["is_error"] and "no category 'nope'" in nocat["error"]
+        # The answer repeats the query: a 100 KB one is refused, not echoed.
+        long = await call(client, "search_tools", {"query": "read a file " * 10_000})
+        assert long["is_error"] and "search with at most 1000" in long["error"] and len(long["error"]) < 300, long
+        # A tool's exact name finds it first, meaning or not.
+        named = await call(client, "search_tools", {"query": "git.git_log", "limit": 3})
+        assert named["tools"][0]["name"] == "git_log", named
 
 
 async def test_broken_unreachable_and_hanging_servers_are_reported_and_isolated(data_dir: Path, tmp_path: Path):

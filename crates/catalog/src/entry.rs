@@ -79,7 +79,7 @@ impl Entry {
             kind: EntryKind::Upstream,
             category: server.to_string(),
             name: name.to_string(),
-            description: text(tool.get("description")).unwrap_or_default(),
+            description: cut(text(tool.get("description")).unwrap_or_default()),
             input_schema: tool.get("inputSchema").filter(|s| s.is_object()).cloned(),
             output_schema: tool.get("outputSchema").filter(|s| s.is_object()).cloned(),
             keywords,
@@ -113,5 +113,47 @@ impl Entry {
         } else {
             sentence.to_string()
         }
+    }
+}
+
+/// The most of a tool's description the catalog keeps: ample for any real
+/// one (the longest of the token benchmark's 155 tools is under 4 KB), and
+/// a server's megabyte description cannot fill every search and definition.
+const MAX_DESCRIPTION: usize = 16 * 1024;
+
+fn cut(description: String) -> String {
+    if description.len() <= MAX_DESCRIPTION {
+        return description;
+    }
+    let mut end = MAX_DESCRIPTION;
+    while !description.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… (cut here: the server's description is {} bytes)",
+        &description[..end],
+        description.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_huge_description_is_cut_and_says_so() {
+        let long = "é".repeat(20_000);
+        let tool = json!({"name": "t", "description": long});
+        let entry = Entry::upstream("s", &tool, None).unwrap_or_default();
+        assert!(entry.description.len() < MAX_DESCRIPTION + 100);
+        assert!(
+            entry
+                .description
+                .ends_with("(cut here: the server's description is 40000 bytes)")
+        );
+        let short = json!({"name": "t", "description": "Adds two numbers."});
+        let entry = Entry::upstream("s", &short, None).unwrap_or_default();
+        assert_eq!(entry.description, "Adds two numbers.");
     }
 }

@@ -222,6 +222,7 @@ impl Catalog {
         if by_words_alone {
             self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
         }
+        self.put_named_first(&mut hits, query, category);
         let order = |a: &Hit, b: &Hit| {
             b.score
                 .total_cmp(&a.score)
@@ -351,13 +352,40 @@ impl Catalog {
         }
     }
 
+    /// A query that is a tool's whole name (`git.git_log`, `git_log`) finds
+    /// that tool first, whatever its meaning scores: an agent that knows
+    /// the name wants that tool.
+    fn put_named_first(&self, hits: &mut Vec<Hit>, query: &str, category: Option<&str>) {
+        let query = query.trim();
+        if query.is_empty() || query.contains(char::is_whitespace) {
+            return;
+        }
+        let named = self.find(query, category);
+        if named.is_empty() {
+            return;
+        }
+        let top = hits.iter().fold(0f32, |m, h| m.max(h.score));
+        for entry in named {
+            let Some(index) = self.entries.iter().position(|e| std::ptr::eq(e, entry)) else {
+                continue;
+            };
+            let score = top * 2.0 + 1.0;
+            match hits.iter_mut().find(|h| h.index == index) {
+                Some(hit) => hit.score = score,
+                None => hits.push(Hit { index, score }),
+            }
+        }
+    }
+
     /// Finds an entry by `name`, `category.name` or `category__name`, with
     /// `category` narrowing (case-insensitive, `-` and `_` alike).
     pub fn find(&self, name: &str, category: Option<&str>) -> Vec<&Entry> {
         let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
         let (cat, tool) = match (
             category,
-            name.split_once("__").or_else(|| name.split_once('.')),
+            // A server's name has no dot, and a tool's may have `__`
+            // (`list__items`): the dot first.
+            name.split_once('.').or_else(|| name.split_once("__")),
         ) {
             (Some(c), _) => (Some(c.to_string()), name.to_string()),
             (None, Some((c, t))) if self.entries.iter().any(|e| norm(&e.category) == norm(c)) => {
@@ -365,11 +393,18 @@ impl Catalog {
             }
             _ => (None, name.to_string()),
         };
-        self.entries
+        let found: Vec<&Entry> = self
+            .entries
             .iter()
             .filter(|e| norm(&e.name) == norm(&tool))
             .filter(|e| cat.as_deref().is_none_or(|c| norm(&e.category) == norm(c)))
-            .collect()
+            .collect();
+        // `get-sum` and `get_sum` may both exist: the name as written wins.
+        let exact: Vec<&Entry> = found.iter().copied().filter(|e| e.name == tool).collect();
+        if found.len() > 1 && exact.len() == 1 {
+            return exact;
+        }
+        found
     }
 }
 
@@ -538,6 +573,16 @@ mod tests {
         assert!(c.search("file", Some("git"), 5).is_empty());
         assert_eq!(c.find("git.git_log", None).len(), 1);
         assert_eq!(c.find("git__git_log", None).len(), 1);
+        let odd = Catalog::new(vec![
+            entry("awk", "list__items", "Lists items"),
+            entry("awk", "get-sum", "Adds"),
+            entry("awk", "get_sum", "Adds too"),
+        ]);
+        let names = |found: Vec<&Entry>| found.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(odd.find("awk.list__items", None)), ["list__items"]);
+        assert_eq!(names(odd.find("awk.get-sum", None)), ["get-sum"]);
+        assert_eq!(names(odd.find("awk.get_sum", None)), ["get_sum"]);
+        assert_eq!(odd.find("awk.GET_SUM", None).len(), 2);
         assert_eq!(c.find("get_sum", Some("everything")).len(), 1);
         assert!(c.find("git_log", Some("fs")).is_empty());
     }

@@ -133,9 +133,26 @@ fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
                 .collect()
         })
         .unwrap_or_default();
+    // `foo_bar` and `foo-bar` are both `foo_bar` in Python: a signature with
+    // it twice would not compile, and the server's whole package would fail
+    // to import. Later ones get `_2`, `_3`; the wrapper's own names are taken.
+    let mut taken: std::collections::HashSet<String> =
+        WRAPPER_NAMES.iter().map(|n| n.to_string()).collect();
+    for p in &mut out {
+        let mut candidate = p.alias.clone();
+        let mut n = 2;
+        while !taken.insert(candidate.clone()) {
+            candidate = format!("{}_{n}", p.alias);
+            n += 1;
+        }
+        p.alias = candidate;
+    }
     out.sort_by_key(|p| !p.required);
     (out, types)
 }
+
+/// The names a generated wrapper uses itself, which no parameter may take.
+const WRAPPER_NAMES: &[&str] = &["_cem_call_tool", "_cem_arguments"];
 
 /// The tool's signature and the `TypedDict`s it names, as Python source.
 pub struct Typed {
@@ -246,13 +263,15 @@ pub fn wrapper_module(entry: &Entry) -> String {
     let params = &rendering.params;
     let fn_name = alias(&entry.name);
     let mut body = String::new();
-    body.push_str("    arguments = {}\n");
+    // Its own names cannot be a parameter's (see `WRAPPER_NAMES`): a tool
+    // may well have an `arguments` parameter.
+    body.push_str("    _cem_arguments = {}\n");
     for p in params {
         if p.required {
-            body.push_str(&format!("    arguments[{:?}] = {}\n", p.name, p.alias));
+            body.push_str(&format!("    _cem_arguments[{:?}] = {}\n", p.name, p.alias));
         } else {
             body.push_str(&format!(
-                "    if {} is not None:\n        arguments[{:?}] = {}\n",
+                "    if {} is not None:\n        _cem_arguments[{:?}] = {}\n",
                 p.alias, p.name, p.alias
             ));
         }
@@ -263,8 +282,8 @@ pub fn wrapper_module(entry: &Entry) -> String {
          # docstring and in the .pyi stub.\n\
          from __future__ import annotations\n\n\
          from typing import Any, Literal\n\n\
-         from cem_tools import call_tool\n\n\n\
-         {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return call_tool({qualified:?}, arguments)\n\n\n\
+         from cem_tools import call_tool as _cem_call_tool\n\n\n\
+         {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return _cem_call_tool({qualified:?}, _cem_arguments)\n\n\n\
          __all__ = [{fn_name:?}]\n",
         sig = rendering.signature(entry),
         doc = docstring(entry, params, &rendering.classes),
@@ -348,8 +367,46 @@ mod tests {
                 child.wait()
             })?;
         assert!(out.success(), "{module}");
-        assert!(module.contains("call_tool(\"everything.get-sum\", arguments)"));
-        assert!(module.contains("arguments[\"class\"] = class_"));
+        assert!(module.contains("_cem_call_tool(\"everything.get-sum\", _cem_arguments)"));
+        assert!(module.contains("_cem_arguments[\"class\"] = class_"));
+        Ok(())
+    }
+
+    /// Parameters that are one Python name (`foo_bar`, `foo-bar`) or that a
+    /// naive wrapper would use itself (`arguments`, `call_tool`) each reach
+    /// the tool under their own key.
+    #[test]
+    fn colliding_parameter_names_each_get_their_own() -> Result<(), Box<dyn std::error::Error>> {
+        let e = Entry {
+            name: "run_cmd".into(),
+            input_schema: Some(json!({
+                "type": "object",
+                "properties": {
+                    "foo_bar": {"type": "integer"}, "foo-bar": {"type": "integer"},
+                    "arguments": {"type": "array"}, "call_tool": {"type": "string"},
+                    "_cem_arguments": {"type": "string"}
+                },
+                "required": ["foo_bar"]
+            })),
+            ..entry()
+        };
+        let dir = tempfile::tempdir()?;
+        std::fs::write(dir.path().join("run_cmd.py"), wrapper_module(&e))?;
+        std::fs::write(
+            dir.path().join("cem_tools.py"),
+            "def call_tool(name, arguments):\n    return name, arguments\n",
+        )?;
+        let check = format!(
+            "import sys; sys.path.insert(0, {dir:?})\n\
+             from run_cmd import run_cmd\n\
+             got = run_cmd(foo_bar=1, foo_bar_2=2, arguments=[3], call_tool='x', _cem_arguments_2='y')\n\
+             assert got == ('everything.run_cmd', {{'foo_bar': 1, 'foo-bar': 2, 'arguments': [3], 'call_tool': 'x', '_cem_arguments': 'y'}}), got\n",
+            dir = dir.path().to_string_lossy()
+        );
+        assert!(python_accepts(
+            "import sys; exec(sys.stdin.read())",
+            &check
+        )?);
         Ok(())
     }
 

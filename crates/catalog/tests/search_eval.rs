@@ -187,3 +187,31 @@ fn agents_find_their_tool_in_the_top_three() {
     assert!(h_all.top3() >= 0.58, "top-3 fell: {}", h_all.line());
     assert!(h_all.top1() >= 0.35, "top-1 fell: {}", h_all.line());
 }
+
+/// A query that is a tool's whole name finds that tool first, with meaning
+/// on: meaning alone put `git_branch`, `git_commit` and `git_diff` above
+/// `git_log` for "git.git_log".
+#[test]
+fn a_tools_own_name_finds_it_first() {
+    let entries = entries();
+    let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
+    let first = |query: &str| {
+        hybrid
+            .search(query, None, 3)
+            .first()
+            .map(|h| hybrid.entries()[h.index].qualified_name())
+    };
+    for entry in &entries {
+        let qualified = entry.qualified_name();
+        assert_eq!(first(&qualified).as_deref(), Some(qualified.as_str()));
+        let same_name = entries.iter().filter(|e| e.name == entry.name).count();
+        if same_name == 1 {
+            assert_eq!(
+                first(&entry.name).as_deref(),
+                Some(qualified.as_str()),
+                "{}",
+                entry.name
+            );
+        }
+    }
+}

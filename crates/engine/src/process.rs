@@ -941,9 +941,10 @@ fn failed(id: &Value, server: &str, tool: &str, message: String) -> Vec<u8> {
 }
 
 /// "server.tool" or "server__tool" as (server, tool); ("", name) otherwise.
+/// A server's name has no dot, and a tool's may have `__`: the dot first.
 fn split_tool(name: &str) -> (&str, &str) {
-    name.split_once("__")
-        .or_else(|| name.split_once('.'))
+    name.split_once('.')
+        .or_else(|| name.split_once("__"))
         .unwrap_or(("", name))
 }
 

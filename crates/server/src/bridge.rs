@@ -194,7 +194,8 @@ async fn call(
         tool: name.into(),
         message,
     };
-    let Some((server, name)) = tool.split_once("__").or_else(|| tool.split_once('.')) else {
+    // A server's name has no dot, and a tool's may have `__`: the dot first.
+    let Some((server, name)) = tool.split_once('.').or_else(|| tool.split_once("__")) else {
         return Err(fail(
             "",
             tool,

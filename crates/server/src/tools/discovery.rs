@@ -53,6 +53,9 @@ pub const CATEGORIES: ToolDef = ToolDef {
 };
 
 const MAX_LIMIT: u64 = 100;
+/// The longest query `search_tools` takes. A need fits in a sentence; the
+/// answer repeats the query, and a longer one only costs time to embed.
+const MAX_QUERY: usize = 1000;
 
 pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&["query", "category", "detail_level", "limit"])?;
@@ -64,6 +67,12 @@ pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
     if !["name", "summary", "full"].contains(&detail.as_str()) {
         return Err(ToolFailure(format!(
             "detail_level must be name, summary or full, got {detail:?}"
+        )));
+    }
+    if query.chars().count() > MAX_QUERY {
+        return Err(ToolFailure(format!(
+            "the query is {} characters; search with at most {MAX_QUERY}: say what the tool should do in a sentence",
+            query.chars().count()
         )));
     }
     let limit = args.opt_u64("limit")?.unwrap_or(10);
