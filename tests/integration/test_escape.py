@@ -263,6 +263,31 @@ async def test_filling_the_workspace_is_stopped(data_dir: Path, tmp_path: Path):
     assert written < 400 << 20, f"{written >> 20} MB written before the stop"
 
 
+async def test_disk_filled_by_another_process_does_not_stop_an_execution(data_dir: Path, tmp_path: Path):
+    # The watchdog sees free space fall on the workspace's file system; another process (here
+    # the test, as an upstream tool that downloads a file would) must not get the code killed.
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    other = data_dir.parent / "someone-else.bin"
+
+    def fill():
+        with open(other, "wb") as f:
+            for _ in range(50):
+                f.write(b"x" * (4 << 20))
+                f.flush()
+                os.fsync(f.fileno())
+
+    code = "import time\nwrite_file('mine.bin', 'y' * (1 << 20))\ntime.sleep(4)\nresult = 'done'"
+    async with Client(params) as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, fill)
+            answer = await client.call_tool("execute_code", {"code": code, "timeout_seconds": 60})
+    other.unlink()
+    assert not answer.is_error and answer.structured_content["result"] == "done", answer.structured_content
+
+
 async def test_an_inode_flood_is_stopped(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         code = "os = __import__('os')\nos.makedirs('many', exist_ok=True)\ni = 0\nwhile True:\n    open(f'many/{i}', 'w').close()\n    i += 1"

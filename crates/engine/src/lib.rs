@@ -20,6 +20,7 @@ mod process;
 mod runtime;
 mod sessions;
 mod tokens;
+mod written;
 
 pub use answer::ExecAnswer;
 pub use bridge::{BoxFuture, Bridge, CallError};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use cem_sandbox::{Bind, Cgroup, InterpreterLayout, Limits, Spec};
 use cem_sandbox::{Forked, Priority, Zygote};
@@ -59,8 +59,9 @@ const INODE_FLOOR: u64 = 10_000;
 /// session keep running after a call returns). The baseline is reset at
 /// every call, so the quota applies per execution and its aftermath.
 struct DiskWatch {
-    /// Free bytes and inodes when the call began, and the bytes it may use.
-    baseline: Mutex<Option<(u64, u64, u64)>>,
+    /// Free bytes and inodes when the call began, the bytes it may use, and
+    /// when it began (what the execution wrote since is its own).
+    baseline: Mutex<Option<(u64, u64, u64, SystemTime)>>,
     /// Megabytes used when the watchdog stopped the interpreter.
     tripped: Mutex<Option<u64>>,
 }
@@ -583,7 +584,7 @@ impl Interp {
             .map_or(launch.disk_quota_bytes, |l| l.min(launch.disk_quota_bytes));
         if let Ok(mut b) = self.watch.baseline.lock() {
             *b = cem_sandbox::free_disk(&launch.workspace)
-                .map(|(bytes, inodes)| (bytes, inodes, limit));
+                .map(|(bytes, inodes)| (bytes, inodes, limit, SystemTime::now()));
         }
         let outcome = self
             .exchange_inner(request, timeout, bridge, installs, stats)
@@ -960,7 +961,8 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper)
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
         // No baseline yet: an idle (pooled) interpreter runs no code to watch.
-        let Some((base_bytes, base_inodes, quota)) = watch.baseline.lock().ok().and_then(|b| *b)
+        let Some((base_bytes, base_inodes, quota, started)) =
+            watch.baseline.lock().ok().and_then(|b| *b)
         else {
             continue;
         };
@@ -969,7 +971,32 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper)
         };
         let used = base_bytes.saturating_sub(bytes);
         let files = base_inodes.saturating_sub(inodes);
-        if used > quota || files > INODE_QUOTA || bytes < DISK_FLOOR || inodes < INODE_FLOOR {
+        let over_quota = used > quota || files > INODE_QUOTA;
+        if over_quota && bytes >= DISK_FLOOR && inodes >= INODE_FLOOR {
+            // Free space is the whole file system's: check what the
+            // execution itself wrote before blaming it.
+            let root = workspace.clone();
+            let own = tokio::task::spawn_blocking(move || crate::written::since(&root, started))
+                .await
+                .ok()
+                .flatten();
+            if let crate::written::Judgement::Others { base } =
+                crate::written::judge((bytes, inodes), own, quota, INODE_QUOTA)
+            {
+                tracing::debug!(
+                    used_mb = used >> 20,
+                    own_mb = own.map_or(0, |o| o.0 >> 20),
+                    "free disk fell, mostly by other processes' writes; the execution goes on"
+                );
+                if let Ok(mut b) = watch.baseline.lock()
+                    && b.is_some_and(|b| b.3 == started)
+                {
+                    *b = Some((base.0, base.1, quota, started));
+                }
+                continue;
+            }
+        }
+        if over_quota || bytes < DISK_FLOOR || inodes < INODE_FLOOR {
             if let Ok(mut t) = watch.tripped.lock() {
                 *t = Some(used >> 20);
             }
