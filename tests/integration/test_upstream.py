@@ -138,6 +138,20 @@ async def test_broken_unreachable_and_hanging_servers_are_reported_and_isolated(
         assert {u["server"] for u in found["unavailable"]} == {"missing", "offline", "offline_sse", "hangs"}
 
 
+async def test_a_server_still_in_its_handshake_is_stopped_when_we_exit(data_dir: Path, tmp_path: Path):
+    pidfile = tmp_path / "hang.pid"
+    servers = {"hangs": {"command": sys.executable, "args": [HANG], "env": {"HANG_PIDFILE": str(pidfile)}}}
+    params = params_for(data_dir, tmp_path, servers, upstream={"connect_timeout_seconds": 120})
+    async with Client(params) as client:
+        cats = {c["name"]: c for c in (await call(client, "list_tool_categories", {}))["categories"]}
+        assert "still starting" in cats["hangs"]["error"], cats
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]:
+        assert time.monotonic() < deadline, f"the upstream {pid} outlived the server"
+        await anyio.sleep(0.1)
+
+
 async def test_a_server_slow_to_start_does_not_hold_up_search(data_dir: Path, tmp_path: Path):
     from conftest import SDK1_PYTHON
     fault = str(Path(__file__).parent / "servers" / "fault_server.py")

@@ -245,7 +245,14 @@ impl Upstream {
 
     /// Forgets the connection (after a crash or on shutdown).
     async fn drop_connection(&self) {
-        if let Some(service) = self.conn.lock().await.take() {
+        // A connection being made holds the lock through its handshake,
+        // which a hanging server never ends: its child is stopped by
+        // `stdio::stop_all` instead.
+        let Ok(mut conn) = tokio::time::timeout(Duration::from_secs(1), self.conn.lock()).await
+        else {
+            return;
+        };
+        if let Some(service) = conn.take() {
             let _ = service.cancel().await;
         }
     }
@@ -600,6 +607,8 @@ impl Manager {
         // All at once: a server that ignores the end of its input holds
         // its own shutdown for a few seconds, not everyone's.
         futures::future::join_all(self.servers.values().map(|u| u.drop_connection())).await;
+        // A server still in its handshake has no connection to drop.
+        crate::stdio::stop_all().await;
     }
 }
 

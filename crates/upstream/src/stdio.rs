@@ -45,6 +45,51 @@ fn signal_group(group: Pid, signal: Signal) {
     let _ = killpg(group, signal);
 }
 
+/// The process groups of every child not yet stopped, for
+/// [`stop_all`]: a server still in its handshake when we exit is held by a
+/// future that may never be dropped.
+static LIVE: std::sync::Mutex<std::collections::BTreeSet<i32>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn live(group: Pid, alive: bool) {
+    if let Ok(mut live) = LIVE.lock() {
+        if alive {
+            live.insert(group.as_raw());
+        } else {
+            live.remove(&group.as_raw());
+        }
+    }
+}
+
+/// Stops every child still running (SIGTERM to its group, SIGKILL after a
+/// grace): what [`crate::Manager::shutdown`] does after closing its
+/// connections, for servers that never finished starting.
+pub async fn stop_all() {
+    let groups: Vec<Pid> = LIVE
+        .lock()
+        .map(|l| l.iter().map(|g| Pid::from_raw(*g)).collect())
+        .unwrap_or_default();
+    if groups.is_empty() {
+        return;
+    }
+    for group in &groups {
+        signal_group(*group, Signal::SIGTERM);
+    }
+    let all_gone = async {
+        for group in &groups {
+            wait_group(*group).await;
+        }
+    };
+    if tokio::time::timeout(TERM_GRACE, all_gone).await.is_err() {
+        for group in &groups {
+            signal_group(*group, Signal::SIGKILL);
+        }
+    }
+    for group in groups {
+        live(group, false);
+    }
+}
+
 impl ChildTransport {
     /// Wraps a child spawned with piped stdin and stdout; `oversized` is
     /// bumped each time a message over [`MAX_MESSAGE_BYTES`] starts arriving.
@@ -67,6 +112,9 @@ impl ChildTransport {
             .id()
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw);
+        if let Some(group) = group {
+            live(group, true);
+        }
         Ok(Self {
             child,
             group,
@@ -116,6 +164,7 @@ impl Transport<RoleClient> for ChildTransport {
             signal_group(group, Signal::SIGKILL);
         }
         let _ = self.child.wait().await;
+        live(group, false);
         self.group = None;
         closed
     }
@@ -126,6 +175,7 @@ impl Drop for ChildTransport {
         // Not closed (the connection task was aborted): nothing to wait for.
         if let Some(group) = self.group {
             signal_group(group, Signal::SIGKILL);
+            live(group, false);
         }
     }
 }
