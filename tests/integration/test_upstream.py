@@ -152,6 +152,25 @@ async def test_a_server_still_in_its_handshake_is_stopped_when_we_exit(data_dir:
         await anyio.sleep(0.1)
 
 
+async def test_a_tool_list_that_times_out_late_is_reported_as_failed(data_dir: Path, tmp_path: Path):
+    # Its handshake works, its tools/list never answers: "still starting" while the search
+    # stops waiting (8 s), then the listing's own error once it times out, not for ever.
+    servers = {
+        "time": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_time"]},
+        "mute": {"command": sys.executable, "args": [HANG], "env": {"HANG_AFTER_INITIALIZE": "1"}},
+    }
+    params = params_for(data_dir, tmp_path, servers, upstream={"timeout_seconds": 11})
+    async with Client(params) as client:
+        first = {c["name"]: c for c in (await call(client, "list_tool_categories", {}))["categories"]}
+        assert "still starting" in first["mute"]["error"], first
+        await anyio.sleep(5)
+        later = {c["name"]: c for c in (await call(client, "list_tool_categories", {}))["categories"]}
+        found = await call(client, "search_tools", {"query": "convert time"})
+    assert "still starting" not in later["mute"]["error"] and later["mute"]["state"] == "failed", later
+    [mute] = found["unavailable"]
+    assert mute["error"] == later["mute"]["error"], (mute, later)
+
+
 async def test_a_server_slow_to_start_does_not_hold_up_search(data_dir: Path, tmp_path: Path):
     from conftest import SDK1_PYTHON
     fault = str(Path(__file__).parent / "servers" / "fault_server.py")

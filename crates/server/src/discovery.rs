@@ -73,6 +73,9 @@ pub struct CatalogService {
     /// is a search's wait for slow servers bounded, since only then does
     /// their late answer rebuild the catalog. The CLI waits for them all.
     watching: std::sync::atomic::AtomicBool,
+    /// Why a server reported as still starting did not list its tools, once
+    /// its listing ended in an error after the search stopped waiting.
+    late_failures: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     /// One wrapper writer at a time: two would race on the files, and one
     /// writing fewer servers would prune what the other just wrote.
     wrappers_lock: tokio::sync::Mutex<()>,
@@ -98,6 +101,7 @@ impl CatalogService {
             skills_seen: std::sync::Mutex::new(String::new()),
             current: RwLock::new(None),
             watching: std::sync::atomic::AtomicBool::new(false),
+            late_failures: Arc::default(),
             wrappers_lock: tokio::sync::Mutex::new(()),
             ranking,
             vector_cache,
@@ -309,6 +313,24 @@ impl CatalogService {
         }
     }
 
+    /// The servers a catalog lacks and why, with the error of a listing
+    /// that failed after the catalog was built in place of "still starting".
+    pub fn unavailable(&self, built: &Built) -> Vec<(String, String)> {
+        let late = self
+            .late_failures
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default();
+        built
+            .unavailable
+            .iter()
+            .map(|(server, error)| {
+                let error = late.get(server).cloned().unwrap_or_else(|| error.clone());
+                (server.clone(), error)
+            })
+            .collect()
+    }
+
     /// Drops the current catalog; the next use builds a fresh one.
     pub async fn invalidate(&self) {
         *self.current.write().await = None;
@@ -368,9 +390,15 @@ impl CatalogService {
             .filter(|u| !u.config.disabled)
             .map(|u| {
                 let name = u.config.name.clone();
+                let late = self
+                    .late_failures
+                    .lock()
+                    .ok()
+                    .and_then(|l| l.get(&name).cloned());
                 let tools = match (self.manager.known_tools(&name), u.status()) {
                     (Some(tools), _) => Ok(tools),
                     (None, cem_upstream::ServerStatus::Failed(e)) => Err(e),
+                    (None, _) if late.is_some() => Err(late.unwrap_or_default()),
                     (None, _) => Err(format!(
                         "still starting after {} s; its tools join the catalog when it answers: search again shortly",
                         LIST_WAIT.as_secs()
@@ -385,14 +413,29 @@ impl CatalogService {
             .map(|(name, _)| name.clone())
             .collect();
         let changed = self.manager.changed();
+        let late_failures = self.late_failures.clone();
         tokio::spawn(async move {
             // As a tools/list_changed would, when a pending server has
-            // answered since (one that failed stays reported as failed).
-            if let Ok(results) = listing.await
-                && results
-                    .iter()
-                    .any(|(name, r)| r.is_ok() && pending.contains(name))
-            {
+            // answered since. One that failed is not rebuilt for (the
+            // rebuild would wait on it again) but reported with its error
+            // from now on, not as still starting (see `unavailable`).
+            let Ok(results) = listing.await else {
+                return;
+            };
+            let mut answered = false;
+            for (name, result) in &results {
+                if !pending.contains(name) {
+                    continue;
+                }
+                if let Ok(mut late) = late_failures.lock() {
+                    match result {
+                        Ok(_) => late.remove(name),
+                        Err(e) => late.insert(name.clone(), e.to_string()),
+                    };
+                }
+                answered |= result.is_ok();
+            }
+            if answered {
                 changed.notify_one();
             }
         });

@@ -109,14 +109,14 @@ pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
         })
         .collect();
     let mut answer = success(json!({"query": query, "count": tools.len(), "tools": tools}));
-    if !built.unavailable.is_empty()
+    let unavailable = state.catalog.unavailable(&built);
+    if !unavailable.is_empty()
         && let Some(obj) = answer.as_object_mut()
     {
         obj.insert(
             "unavailable".into(),
             json!(
-                built
-                    .unavailable
+                unavailable
                     .iter()
                     .map(|(s, e)| json!({"server": s, "error": e}))
                     .collect::<Vec<_>>()
@@ -257,6 +257,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
 pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&[])?;
     let built = state.catalog.get().await;
+    let unavailable = state.catalog.unavailable(&built);
     let mut counts: BTreeMap<(String, bool), usize> = BTreeMap::new();
     let mut skills = 0;
     for e in built.catalog.entries() {
@@ -287,8 +288,7 @@ pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
             };
             // A failure while listing tools is reported even if no call was made.
             let error = error.or_else(|| {
-                built
-                    .unavailable
+                unavailable
                     .iter()
                     .find(|(s, _)| s == name)
                     .map(|(_, e)| e.clone())
