@@ -48,11 +48,15 @@ impl Args {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
             // 30.0 from clients that send every number as a float.
-            Some(Value::Number(n)) if n.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0) => {
+            Some(Value::Number(n))
+                if n.as_f64()
+                    .is_some_and(|f| f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64) =>
+            {
                 Ok(n.as_f64().map(|f| f as u64))
             }
             Some(other) => Err(ToolFailure(format!(
-                "argument '{name}' must be a whole number, got {}",
+                "argument '{name}' must be a whole number from 0 to {}, got {}",
+                u64::MAX,
                 describe(other)
             ))),
         }
@@ -140,6 +144,19 @@ mod tests {
 
     fn args(v: Value) -> Args {
         Args::new(v.as_object().cloned())
+    }
+
+    #[test]
+    fn whole_numbers_out_of_range_are_refused_not_clamped() {
+        assert_eq!(args(json!({"limit": 30.0})).opt_u64("limit"), Ok(Some(30)));
+        for bad in [json!(-1), json!(1.5), json!(1.2e21)] {
+            let got = args(json!({ "limit": bad })).opt_u64("limit");
+            assert!(
+                got.as_ref()
+                    .is_err_and(|e| e.0.contains("must be a whole number from 0 to")),
+                "{bad}: {got:?}"
+            );
+        }
     }
 
     #[test]
