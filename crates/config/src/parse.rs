@@ -129,7 +129,42 @@ impl Cx<'_> {
                 other => self.warn(other, "unknown top-level key, ignored"),
             }
         }
+        self.rules_name_configured_servers(&config);
         config
+    }
+
+    /// A rule or budget for a server that is not configured applies to
+    /// nothing; a typo in a `deny` rule must not pass unnoticed.
+    fn rules_name_configured_servers(&mut self, config: &Config) {
+        let servers: Vec<&str> = config.servers.keys().map(String::as_str).collect();
+        let configured = if servers.is_empty() {
+            "no server is configured".to_string()
+        } else {
+            format!("the servers are {}", servers.join(", "))
+        };
+        let policy = &config.policy;
+        let patterns = policy
+            .rules
+            .iter()
+            .map(|r| ("policy.rules", &r.pattern))
+            .chain(
+                policy
+                    .budgets
+                    .iter()
+                    .map(|b| ("policy.budgets", &b.pattern)),
+            );
+        let mut dead = Vec::new();
+        for (section, pattern) in patterns {
+            if pattern.names_none_of(servers.iter().copied()) {
+                dead.push(format!("{section}.{pattern}"));
+            }
+        }
+        for key in dead {
+            self.warn(
+                key,
+                format!("names no configured server, so it applies to nothing ({configured})"),
+            );
+        }
     }
 
     fn servers(&mut self, value: &Value) -> BTreeMap<String, ServerConfig> {

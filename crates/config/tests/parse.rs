@@ -345,3 +345,37 @@ fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
     );
     Ok(())
 }
+
+#[test]
+fn a_rule_for_a_server_not_configured_is_a_warning() -> Result<(), ConfigError> {
+    let parsed = parse(
+        r#"{"mcpServers": {"memory": {"command": "x"}},
+            "policy": {"rules": {"memroy.delete_entities": "deny", "memory.create_*": "ask", "*.delete_*": "deny"},
+                       "budgets": {"githbu": 3}}}"#,
+    )?;
+    let keys: Vec<&str> = parsed.warnings.iter().map(|w| w.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "policy.rules.memroy.delete_entities",
+            "policy.budgets.githbu"
+        ],
+        "{:?}",
+        parsed.warnings
+    );
+    assert!(
+        parsed.warnings[0]
+            .message
+            .contains("the servers are memory")
+    );
+    Ok(())
+}
+
+#[test]
+fn a_key_named_twice_is_refused_with_its_line() {
+    let text = error("{\"policy\": {\"rules\": {\n\"a.b\": \"deny\",\n\"a.b\": \"allow\"}}}");
+    assert!(
+        text.contains("\"a.b\" appears twice") && text.contains("line 3"),
+        "{text}"
+    );
+}

@@ -76,6 +76,13 @@ impl Pattern {
             && spellings(tool).any(|t| glob(&self.tool, &t))
     }
 
+    /// Whether the pattern's server part is a name without `*`, and matches
+    /// none of `servers`: a rule for a server that is not configured (a
+    /// typo such as `memroy.delete_entities`) that applies to nothing.
+    pub fn names_none_of<'a>(&self, mut servers: impl Iterator<Item = &'a str>) -> bool {
+        !self.server.contains('*') && !servers.any(|s| glob(&self.server, &fold(s)))
+    }
+
     /// How specific the pattern is: a pattern without `*` beats every glob;
     /// among globs, more literal characters win (`github.delete_*` beats
     /// `github.*`, which beats `*`).
@@ -209,6 +216,16 @@ mod tests {
             Pattern::parse("a b"),
             Err(PatternError::BadCharacter(_))
         ));
+    }
+
+    #[test]
+    fn a_pattern_for_a_server_not_configured_is_noticed() {
+        let servers = ["memory", "git-hub"];
+        assert!(p("memroy.delete_entities").names_none_of(servers.into_iter()));
+        assert!(!p("memory.delete_entities").names_none_of(servers.into_iter()));
+        assert!(!p("Git_Hub").names_none_of(servers.into_iter()));
+        assert!(!p("*.delete_*").names_none_of(servers.into_iter()));
+        assert!(!p("mem*").names_none_of(servers.into_iter()));
     }
 
     #[test]
