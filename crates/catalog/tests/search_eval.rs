@@ -36,6 +36,8 @@ struct Score {
     needs: usize,
     top1: usize,
     top3: usize,
+    /// In the first ten: what `search_tools` shows with its default limit.
+    top10: usize,
     reciprocal: f64,
 }
 
@@ -45,6 +47,7 @@ impl Score {
         if let Some(r) = rank {
             self.top1 += usize::from(r == 0);
             self.top3 += usize::from(r < 3);
+            self.top10 += usize::from(r < 10);
             self.reciprocal += 1.0 / (r + 1) as f64;
         }
     }
@@ -59,9 +62,10 @@ impl Score {
     }
     fn line(&self) -> String {
         format!(
-            "top-1 {:5.1}%  top-3 {:5.1}%  MRR {:.3}  ({} needs)",
+            "top-1 {:5.1}%  top-3 {:5.1}%  top-10 {:5.1}%  MRR {:.3}  ({} needs)",
             100.0 * self.top1(),
             100.0 * self.top3(),
+            100.0 * self.top10 as f64 / self.needs.max(1) as f64,
             self.mrr(),
             self.needs
         )
