@@ -414,12 +414,12 @@ async def test_tool_names_with_double_underscores_and_dots_are_called_by_wrapper
     code = """
 from servers.fault import list__items, read_me
 result = [call_tool("fault.list__items", {}), list__items(), call_tool("fault.read.me", {}), read_me(),
-          call_tool("fault__ok", {})]
+          call_tool("fault__ok", {}), call_tool("fault__read.me", {})]
 """
     async with Client(params) as client:
         body = await run(client, code)
         definition = await client.call_tool("get_tool_definition", {"tool_name": "fault.list__items"})
     assert body["success"] and body["result"][:4] == ["list__items", "list__items", "read.me", "read.me"], body
-    assert "ok from" in str(body["result"][4]), body
+    assert "ok from" in str(body["result"][4]) and body["result"][5] == "read.me", body
     assert not definition.is_error, definition
 

@@ -288,6 +288,24 @@ async def test_disk_filled_by_another_process_does_not_stop_an_execution(data_di
     assert not answer.is_error and answer.structured_content["result"] == "done", answer.structured_content
 
 
+async def test_filling_the_disk_through_a_deleted_file_is_stopped(data_dir: Path, tmp_path: Path):
+    # A file deleted but held open is in no folder: the watchdog, which looks at what the
+    # execution wrote before blaming it, must still count it.
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    code = (
+        "import os\nf = open('hidden.bin', 'wb')\nos.unlink('hidden.bin')\n"
+        "for i in range(50):\n    f.write(b'x' * (4 << 20))\n    f.flush()\n    os.fsync(f.fileno())\n"
+        "result = 'wrote 200 MB'"
+    )
+    async with Client(params) as client:
+        answer = await client.call_tool("execute_code", {"code": code, "timeout_seconds": 60})
+        assert answer.is_error and "disk" in answer.structured_content["error"], answer.structured_content
+        await still_serves(client)
+
+
 async def test_an_inode_flood_is_stopped(data_dir: Path):
     async with Client(stdio_params(data_dir)) as client:
         code = "os = __import__('os')\nos.makedirs('many', exist_ok=True)\ni = 0\nwhile True:\n    open(f'many/{i}', 'w').close()\n    i += 1"

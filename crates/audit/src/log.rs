@@ -127,9 +127,20 @@ impl AuditLog {
                 .mode(0o600)
                 .open(&self.path)?;
             // A file made before us (by hand, or by another tool) keeps its
-            // mode on open: the log holds who called what, for the owner only.
-            if file.metadata()?.permissions().mode() & 0o077 != 0 {
-                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            // mode on open: the log holds who called what, for the owner
+            // only. Only our own regular file is changed (not /dev/null, not
+            // a file another user shares with us), and a failure is told,
+            // not fatal: the log still works.
+            let meta = file.metadata()?;
+            if meta.is_file()
+                && meta.uid() == nix::unistd::geteuid().as_raw()
+                && meta.permissions().mode() & 0o077 != 0
+                && let Err(e) = file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            {
+                tracing::warn!(
+                    path = %self.path.display(),
+                    "the audit log is readable by others and its mode could not be set to 0600: {e}"
+                );
             }
             *slot = Some(file);
         }

@@ -11,7 +11,9 @@
 //! embeds (`texts_to_embed`). Each need: its file, its text, its answers,
 //! and the lexical score of every tool with a word in common (`search_words`
 //! over the whole catalog: BM25 over the weighted fields, as the hybrid
-//! ranking blends it).
+//! ranking blends it; for a query with a tool's name words, as in
+//! `named.jsonl`, these also carry the name bonuses that ranking by words
+//! alone adds, so figures on that set are approximate).
 
 #[path = "../tests/search_eval/load.rs"]
 mod load;

@@ -360,7 +360,12 @@ impl Catalog {
         if query.is_empty() || query.contains(char::is_whitespace) {
             return;
         }
-        let named = self.find(query, category);
+        // In the category as the ranking filters it (`find` is looser).
+        let named: Vec<&Entry> = self
+            .find(query, category)
+            .into_iter()
+            .filter(|e| category.is_none_or(|c| e.category.eq_ignore_ascii_case(c)))
+            .collect();
         if named.is_empty() {
             return;
         }

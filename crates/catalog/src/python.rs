@@ -6,34 +6,10 @@ use serde_json::Value;
 use crate::Entry;
 use crate::typed::Types;
 
-const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
-    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
-    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
-    "with", "yield", "match", "case", "type",
-];
-
-/// A Python identifier for `name`: `get-sum` → `get_sum`, `2fa` → `_2fa`,
-/// `class` → `class_`.
-pub fn alias(name: &str) -> String {
-    let mut out: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, '_');
-    }
-    if KEYWORDS.contains(&out.as_str()) {
-        out.push('_');
-    }
-    out
-}
+/// A Python identifier for a name (`get-sum` → `get_sum`, `2fa` → `_2fa`,
+/// `class` → `class_`): one definition, shared with the policy, whose rules
+/// match the names code uses.
+pub use cem_policy::{is_keyword, python_name as alias};
 
 /// One parameter of a tool, from its input schema.
 pub struct Param {
@@ -44,11 +20,6 @@ pub struct Param {
     pub description: Option<String>,
     /// Description, default and bounds on one line (empty when none).
     pub note: String,
-}
-
-/// Whether `word` is a Python keyword.
-pub fn is_keyword(word: &str) -> bool {
-    KEYWORDS.contains(&word)
 }
 
 /// A tool's schemas rendered once as Python: what the definition, the
@@ -135,10 +106,13 @@ fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
         .unwrap_or_default();
     // `foo_bar` and `foo-bar` are both `foo_bar` in Python: a signature with
     // it twice would not compile, and the server's whole package would fail
-    // to import. Later ones get `_2`, `_3`; the wrapper's own names are taken.
+    // to import. A name that is already Python keeps it; the others get
+    // `_2`, `_3`; the wrapper's own names are taken.
     let mut taken: std::collections::HashSet<String> =
         WRAPPER_NAMES.iter().map(|n| n.to_string()).collect();
-    for p in &mut out {
+    let (as_is, renamed): (Vec<&mut Param>, Vec<&mut Param>) =
+        out.iter_mut().partition(|p| p.alias == p.name);
+    for p in as_is.into_iter().chain(renamed) {
         let mut candidate = p.alias.clone();
         let mut n = 2;
         while !taken.insert(candidate.clone()) {
@@ -382,7 +356,7 @@ mod tests {
             input_schema: Some(json!({
                 "type": "object",
                 "properties": {
-                    "foo_bar": {"type": "integer"}, "foo-bar": {"type": "integer"},
+                    "foo-bar": {"type": "integer"}, "foo_bar": {"type": "integer"},
                     "arguments": {"type": "array"}, "call_tool": {"type": "string"},
                     "_cem_arguments": {"type": "string"}
                 },

@@ -957,6 +957,16 @@ enum Stopper {
     Forked(cem_sandbox::zygote::Killer),
 }
 
+impl Stopper {
+    /// The pid at the root of the execution's processes.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Stopper::Pid(pid) => Some(*pid),
+            Stopper::Forked(killer) => killer.pid(),
+        }
+    }
+}
+
 async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper) {
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -976,10 +986,13 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper)
             // Free space is the whole file system's: check what the
             // execution itself wrote before blaming it.
             let root = workspace.clone();
-            let own = tokio::task::spawn_blocking(move || crate::written::since(&root, started))
-                .await
-                .ok()
-                .flatten();
+            let pid = stop.pid();
+            let own = tokio::task::spawn_blocking(move || {
+                crate::written::by_execution(&root, pid?, started)
+            })
+            .await
+            .ok()
+            .flatten();
             if let crate::written::Judgement::Others { base } =
                 crate::written::judge((bytes, inodes), own, quota, INODE_QUOTA)
             {

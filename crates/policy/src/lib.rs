@@ -18,6 +18,7 @@
 mod budget;
 mod decision;
 mod digest;
+mod names;
 mod pattern;
 mod pins;
 mod policy;
@@ -25,6 +26,7 @@ mod policy;
 pub use budget::{Budget, BudgetExceeded, Budgets};
 pub use decision::Decision;
 pub use digest::{canonical, definition, digest};
+pub use names::{is_keyword, python_name};
 pub use pattern::{Pattern, PatternError};
 pub use pins::{PinState, PinnedTool, Pins, ToolChange};
 pub use policy::{Policy, Rule, ToolFacts, Verdict};

@@ -1,5 +1,6 @@
 //! Rules, annotations and the default: one decision per tool call.
 
+use crate::names::spellings;
 use crate::pins::PinState;
 use crate::{Budget, Decision, Pattern};
 
@@ -61,15 +62,23 @@ impl Policy {
     /// The rule that decides `server.tool`: the most specific match, the
     /// stricter decision between equally specific ones.
     pub fn rule_for(&self, server: &str, tool: &str) -> Option<&Rule> {
-        self.rules
-            .iter()
-            .filter(|r| r.pattern.matches(server, tool))
-            .max_by(|a, b| {
-                a.pattern
-                    .specificity()
-                    .cmp(&b.pattern.specificity())
-                    .then(a.decision.cmp(&b.decision))
+        // The most specific rule for each spelling of the name (as written,
+        // as Python calls it), then the stricter of those: a spelling that
+        // only some other tool shares can tighten a decision, never loosen it.
+        let (servers, tools) = (spellings(server), spellings(tool));
+        (0..2)
+            .filter_map(|i| {
+                self.rules
+                    .iter()
+                    .filter(|r| r.pattern.matches_spelling(&servers[i], &tools[i]))
+                    .max_by(|a, b| {
+                        a.pattern
+                            .specificity()
+                            .cmp(&b.pattern.specificity())
+                            .then(a.decision.cmp(&b.decision))
+                    })
             })
+            .max_by(|a, b| a.decision.cmp(&b.decision))
     }
 
     /// Decides a call of `server.tool`. A rule beats the annotations (they
@@ -151,6 +160,21 @@ mod tests {
         destructive: None,
         pin: PinState::Trusted,
     };
+
+    #[test]
+    fn a_second_spelling_tightens_and_never_loosens() {
+        let p = policy(vec![
+            rule("odd.*", Decision::Deny),
+            rule("odd.caf", Decision::Allow),
+            rule("odd.import_", Decision::Ask),
+            rule("odd.import", Decision::Allow),
+        ]);
+        // `café` is `caf_` to Python, never `caf`: the allow is not its.
+        assert_eq!(p.decide("odd", "café", PLAIN).decision, Decision::Deny);
+        assert_eq!(p.decide("odd", "caf", PLAIN).decision, Decision::Allow);
+        // `import` is `import` as written (allow) and `import_` in Python (ask).
+        assert_eq!(p.decide("odd", "import", PLAIN).decision, Decision::Ask);
+    }
 
     #[test]
     fn the_most_specific_rule_wins() {

@@ -285,6 +285,18 @@ fn pidfd_readable(pidfd: &OwnedFd) -> bool {
 pub struct Killer(Arc<OwnedFd>);
 
 impl Killer {
+    /// The child's pid as this process sees it (from the pidfd's fdinfo),
+    /// while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        let info =
+            std::fs::read_to_string(format!("/proc/self/fdinfo/{}", self.0.as_raw_fd())).ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("Pid:"))
+            .and_then(|p| p.trim().parse::<i64>().ok())
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0)
+    }
+
     /// Sends SIGKILL to the child (and so its whole pid namespace).
     pub fn kill(&self) {
         // SAFETY: pidfd_send_signal with a valid pidfd and no siginfo.

@@ -194,15 +194,23 @@ async fn call(
         tool: name.into(),
         message,
     };
-    // A server's name has no dot, and a tool's may have `__`: the dot first.
-    let Some((server, name)) = tool.split_once('.').or_else(|| tool.split_once("__")) else {
+    // A server's name has no dot, and a tool's may have `__`: the dot
+    // first, then `__` (`srv__read.me`) when the dot does not name a server.
+    let manager = state.catalog.manager();
+    let splits = [tool.split_once('.'), tool.split_once("__")];
+    let Some((server, name)) = splits
+        .iter()
+        .flatten()
+        .find(|(server, _)| manager.get(server).is_ok())
+        .or(splits.iter().flatten().next())
+        .copied()
+    else {
         return Err(fail(
             "",
             tool,
             format!("'{tool}' is not a tool name; use \"server.tool\" (search_tools finds them)"),
         ));
     };
-    let manager = state.catalog.manager();
     let upstream = manager
         .get(server)
         .map_err(|e| fail(server, name, e.to_string()))?;
@@ -290,7 +298,14 @@ async fn call(
 /// (a misspelling is the usual cause).
 fn unknown_tool(server: &str, name: &str, names: &[&str]) -> String {
     let wanted = alias(name).to_lowercase();
-    let mut close: Vec<(f64, &str)> = names
+    // Comparing costs the product of the lengths: no suggestion for a name
+    // longer than any real one (code may pass megabytes).
+    let candidates = if name.len() > crate::gate::MAX_NAME {
+        &[][..]
+    } else {
+        names
+    };
+    let mut close: Vec<(f64, &str)> = candidates
         .iter()
         .map(|n| (strsim::jaro_winkler(&wanted, &alias(n).to_lowercase()), *n))
         .filter(|(score, _)| *score > 0.7)

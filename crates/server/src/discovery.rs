@@ -374,10 +374,17 @@ impl CatalogService {
         };
         if let Some(done) = waited {
             return match done {
-                Ok(results) => results
-                    .into_iter()
-                    .map(|(server, r)| (server, r.map_err(|e| e.to_string())))
-                    .collect(),
+                Ok(results) => {
+                    if let Ok(mut late) = self.late_failures.lock() {
+                        late.retain(|server, _| {
+                            !results.iter().any(|(s, r)| s == server && r.is_ok())
+                        });
+                    }
+                    results
+                        .into_iter()
+                        .map(|(server, r)| (server, r.map_err(|e| e.to_string())))
+                        .collect()
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the tool listing task failed");
                     Vec::new()

@@ -172,7 +172,8 @@ impl Gate {
         arguments: Option<JsonObject>,
         shown: &(dyn Fn() -> Value + Sync),
     ) -> Result<CallToolResult, String> {
-        let name = capped(&format!("{server}.{tool}"));
+        // The whole name keys grants and counts; the audit gets it capped.
+        let name = format!("{server}.{tool}");
         let args_text = arguments
             .as_ref()
             .map(|a| serde_json::to_string(a).unwrap_or_default())
@@ -458,7 +459,7 @@ impl Gate {
                 "decision",
                 json!({
                     "exec": exec.id, "caller": exec.caller.as_str(), "session": exec.session,
-                    "session_id": exec.session_id, "tool": name, "decision": decision.as_str(),
+                    "session_id": exec.session_id, "tool": capped(name), "decision": decision.as_str(),
                     "rule": rule, "reason": reason, "asked": answered.is_some_and(|a| !a.by.contains("granted earlier")),
                     "answer": answered.map(|a| a.answer.as_str()), "answered_by": answered.map(|a| a.by.clone()),
                     "outcome": outcome,
@@ -573,7 +574,7 @@ impl CallRecord<'_> {
             "call",
             json!({
                 "exec": exec.id, "caller": exec.caller.as_str(), "session": exec.session,
-                "session_id": exec.session_id, "tool": self.name,
+                "session_id": exec.session_id, "tool": capped(self.name),
                 "args_digest": sha256(self.args_text.as_bytes()), "args_bytes": self.args_text.len(),
                 "result_bytes": result_bytes, "ms": self.started.elapsed().as_secs_f64() * 1000.0,
                 "ok": error.is_none(), "error": error,
@@ -600,7 +601,7 @@ impl Drop for CallRecord<'_> {
 /// The most of a tool name an audit line or a refusal carries. Code can
 /// pass any string as a name; a megabyte name in every refusal would push
 /// the log's older lines out of rotation.
-const MAX_NAME: usize = 200;
+pub(crate) const MAX_NAME: usize = 200;
 
 /// `name`, cut to [`MAX_NAME`] bytes with its full length said.
 pub(crate) fn capped(name: &str) -> String {

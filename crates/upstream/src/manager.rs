@@ -74,6 +74,8 @@ pub struct Upstream {
     instructions: std::sync::Mutex<Option<Arc<str>>>,
     /// Calls in flight that forward their progress.
     progress: crate::handler::ProgressRoutes,
+    /// The manager's stdio children, stopped at its shutdown.
+    children: crate::stdio::Children,
 }
 
 impl Upstream {
@@ -190,8 +192,9 @@ impl Upstream {
                     _ => fail(format!("cannot start '{command}': {e}")),
                 })?;
                 let stderr = child.stderr.take();
-                let transport = ChildTransport::new(child, self.oversized.clone())
-                    .map_err(|e| fail(e.to_string()))?;
+                let transport =
+                    ChildTransport::new(child, self.oversized.clone(), self.children.clone())
+                        .map_err(|e| fail(e.to_string()))?;
                 if let Some(stderr) = stderr {
                     let server = name.clone();
                     tokio::spawn(async move {
@@ -266,6 +269,7 @@ pub struct Manager {
     cache_dir: PathBuf,
     changed: Arc<Notify>,
     call_timeout: Duration,
+    children: crate::stdio::Children,
 }
 
 impl Manager {
@@ -275,6 +279,7 @@ impl Manager {
         let call_timeout = Duration::from_secs(config.upstream.timeout_seconds);
         let connect_timeout = Duration::from_secs(config.upstream.connect_timeout_seconds);
         let changed = Arc::new(Notify::new());
+        let children = crate::stdio::Children::default();
         let servers = config
             .servers
             .values()
@@ -296,6 +301,7 @@ impl Manager {
                     live: std::sync::Mutex::new(None),
                     instructions: std::sync::Mutex::new(None),
                     progress: Default::default(),
+                    children: children.clone(),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -306,6 +312,7 @@ impl Manager {
             cache_dir,
             changed,
             call_timeout,
+            children,
         }
     }
 
@@ -608,7 +615,7 @@ impl Manager {
         // its own shutdown for a few seconds, not everyone's.
         futures::future::join_all(self.servers.values().map(|u| u.drop_connection())).await;
         // A server still in its handshake has no connection to drop.
-        crate::stdio::stop_all().await;
+        self.children.stop_all().await;
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ const TERM_GRACE: Duration = Duration::from_secs(1);
 /// with it. Dropping it unclosed kills the whole group.
 pub struct ChildTransport {
     child: Child,
+    /// Its manager's children, which it leaves when stopped.
+    children: Children,
     /// The process group: the child's pid while it has not been reaped.
     group: Option<Pid>,
     inner: AsyncRwTransport<RoleClient, Watched, ChildStdin>,
@@ -45,55 +48,62 @@ fn signal_group(group: Pid, signal: Signal) {
     let _ = killpg(group, signal);
 }
 
-/// The process groups of every child not yet stopped, for
-/// [`stop_all`]: a server still in its handshake when we exit is held by a
-/// future that may never be dropped.
-static LIVE: std::sync::Mutex<std::collections::BTreeSet<i32>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// The process groups of one manager's children not yet stopped, for
+/// [`Children::stop_all`]: a server still in its handshake when we exit is
+/// held by a future that may never be dropped.
+#[derive(Clone, Default)]
+pub struct Children(Arc<std::sync::Mutex<std::collections::BTreeSet<i32>>>);
 
-fn live(group: Pid, alive: bool) {
-    if let Ok(mut live) = LIVE.lock() {
-        if alive {
-            live.insert(group.as_raw());
-        } else {
-            live.remove(&group.as_raw());
+impl Children {
+    fn mark(&self, group: Pid, alive: bool) {
+        if let Ok(mut live) = self.0.lock() {
+            if alive {
+                live.insert(group.as_raw());
+            } else {
+                live.remove(&group.as_raw());
+            }
         }
     }
-}
 
-/// Stops every child still running (SIGTERM to its group, SIGKILL after a
-/// grace): what [`crate::Manager::shutdown`] does after closing its
-/// connections, for servers that never finished starting.
-pub async fn stop_all() {
-    let groups: Vec<Pid> = LIVE
-        .lock()
-        .map(|l| l.iter().map(|g| Pid::from_raw(*g)).collect())
-        .unwrap_or_default();
-    if groups.is_empty() {
-        return;
-    }
-    for group in &groups {
-        signal_group(*group, Signal::SIGTERM);
-    }
-    let all_gone = async {
-        for group in &groups {
-            wait_group(*group).await;
+    /// Stops every child still running (SIGTERM to its group, SIGKILL after
+    /// a grace): what [`crate::Manager::shutdown`] does after closing its
+    /// connections, for servers that never finished starting.
+    pub async fn stop_all(&self) {
+        let groups: Vec<Pid> = self
+            .0
+            .lock()
+            .map(|l| l.iter().map(|g| Pid::from_raw(*g)).collect())
+            .unwrap_or_default();
+        if groups.is_empty() {
+            return;
         }
-    };
-    if tokio::time::timeout(TERM_GRACE, all_gone).await.is_err() {
         for group in &groups {
-            signal_group(*group, Signal::SIGKILL);
+            signal_group(*group, Signal::SIGTERM);
         }
-    }
-    for group in groups {
-        live(group, false);
+        let all_gone = async {
+            for group in &groups {
+                wait_group(*group).await;
+            }
+        };
+        if tokio::time::timeout(TERM_GRACE, all_gone).await.is_err() {
+            for group in &groups {
+                signal_group(*group, Signal::SIGKILL);
+            }
+        }
+        for group in groups {
+            self.mark(group, false);
+        }
     }
 }
 
 impl ChildTransport {
     /// Wraps a child spawned with piped stdin and stdout; `oversized` is
     /// bumped each time a message over [`MAX_MESSAGE_BYTES`] starts arriving.
-    pub fn new(mut child: Child, oversized: watch::Sender<u64>) -> std::io::Result<Self> {
+    pub fn new(
+        mut child: Child,
+        oversized: watch::Sender<u64>,
+        children: Children,
+    ) -> std::io::Result<Self> {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(std::io::Error::other(
                 "the child's stdin or stdout is not piped",
@@ -113,10 +123,11 @@ impl ChildTransport {
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw);
         if let Some(group) = group {
-            live(group, true);
+            children.mark(group, true);
         }
         Ok(Self {
             child,
+            children,
             group,
             inner,
         })
@@ -164,7 +175,7 @@ impl Transport<RoleClient> for ChildTransport {
             signal_group(group, Signal::SIGKILL);
         }
         let _ = self.child.wait().await;
-        live(group, false);
+        self.children.mark(group, false);
         self.group = None;
         closed
     }
@@ -175,7 +186,7 @@ impl Drop for ChildTransport {
         // Not closed (the connection task was aborted): nothing to wait for.
         if let Some(group) = self.group {
             signal_group(group, Signal::SIGKILL);
-            live(group, false);
+            self.children.mark(group, false);
         }
     }
 }
