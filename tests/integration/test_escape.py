@@ -249,11 +249,17 @@ async def test_resource_bombs_are_contained(data_dir: Path, name: str, code: str
         await still_serves(client)
 
 
-async def test_filling_the_workspace_is_stopped(data_dir: Path, tmp_path: Path):
+def with_disk_quota_of_40_mb(data_dir: Path, tmp_path: Path):
+    """Parameters for a server whose executions may use 40 MB of disk."""
     config = tmp_path / "cfg.json"
     config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
     params = stdio_params(data_dir)
     params.args = ["--config", str(config), *params.args]
+    return params
+
+
+async def test_filling_the_workspace_is_stopped(data_dir: Path, tmp_path: Path):
+    params = with_disk_quota_of_40_mb(data_dir, tmp_path)
     async with Client(params) as client:
         code = "i = 0\nwhile True:\n    write_file(f'fill/{i}.bin', 'x' * (4 << 20))\n    i += 1"
         answer = await client.call_tool("execute_code", {"code": code, "timeout_seconds": 60})
@@ -266,10 +272,7 @@ async def test_filling_the_workspace_is_stopped(data_dir: Path, tmp_path: Path):
 async def test_disk_filled_by_another_process_does_not_stop_an_execution(data_dir: Path, tmp_path: Path):
     # The watchdog sees free space fall on the workspace's file system; another process (here
     # the test, as an upstream tool that downloads a file would) must not get the code killed.
-    config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
-    params = stdio_params(data_dir)
-    params.args = ["--config", str(config), *params.args]
+    params = with_disk_quota_of_40_mb(data_dir, tmp_path)
     other = data_dir.parent / "someone-else.bin"
 
     def fill():
@@ -291,10 +294,7 @@ async def test_disk_filled_by_another_process_does_not_stop_an_execution(data_di
 async def test_filling_the_disk_through_a_deleted_file_is_stopped(data_dir: Path, tmp_path: Path):
     # A file deleted but held open is in no folder: the watchdog, which looks at what the
     # execution wrote before blaming it, must still count it.
-    config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
-    params = stdio_params(data_dir)
-    params.args = ["--config", str(config), *params.args]
+    params = with_disk_quota_of_40_mb(data_dir, tmp_path)
     code = (
         "import os\nf = open('hidden.bin', 'wb')\nos.unlink('hidden.bin')\n"
         "for i in range(50):\n    f.write(b'x' * (4 << 20))\n    f.flush()\n    os.fsync(f.fileno())\n"
@@ -317,10 +317,7 @@ async def test_an_inode_flood_is_stopped(data_dir: Path):
 
 
 async def test_a_session_thread_that_fills_the_disk_after_returning_is_stopped(data_dir: Path, tmp_path: Path):
-    config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
-    params = stdio_params(data_dir)
-    params.args = ["--config", str(config), *params.args]
+    params = with_disk_quota_of_40_mb(data_dir, tmp_path)
     code = (
         "import threading\n"
         "def fill():\n    i = 0\n    while True:\n        write_file(f'bg/{i}.bin', 'x' * (4 << 20))\n        i += 1\n"

@@ -361,19 +361,16 @@ impl Catalog {
             return;
         }
         // In the category as the ranking filters it (`find` is looser).
-        let named: Vec<&Entry> = self
-            .find(query, category)
+        let named: Vec<usize> = self
+            .find_indices(query, category)
             .into_iter()
-            .filter(|e| category.is_none_or(|c| e.category.eq_ignore_ascii_case(c)))
+            .filter(|i| category.is_none_or(|c| self.entries[*i].category.eq_ignore_ascii_case(c)))
             .collect();
         if named.is_empty() {
             return;
         }
         let top = hits.iter().fold(0f32, |m, h| m.max(h.score));
-        for entry in named {
-            let Some(index) = self.entries.iter().position(|e| std::ptr::eq(e, entry)) else {
-                continue;
-            };
+        for index in named {
             let score = top * 2.0 + 1.0;
             match hits.iter_mut().find(|h| h.index == index) {
                 Some(hit) => hit.score = score,
@@ -385,32 +382,54 @@ impl Catalog {
     /// Finds an entry by `name`, `category.name` or `category__name`, with
     /// `category` narrowing (case-insensitive, `-` and `_` alike).
     pub fn find(&self, name: &str, category: Option<&str>) -> Vec<&Entry> {
-        let norm = |s: &str| s.to_ascii_lowercase().replace('-', "_");
+        self.find_indices(name, category)
+            .into_iter()
+            .map(|i| &self.entries[i])
+            .collect()
+    }
+
+    /// [`Catalog::find`] as indices into the entries. Compares without
+    /// allocating: a one-word search runs it over the whole catalog.
+    fn find_indices(&self, name: &str, category: Option<&str>) -> Vec<usize> {
         let (cat, tool) = match (
             category,
             // A server's name has no dot, and a tool's may have `__`
             // (`list__items`): the dot first.
             name.split_once('.').or_else(|| name.split_once("__")),
         ) {
-            (Some(c), _) => (Some(c.to_string()), name.to_string()),
-            (None, Some((c, t))) if self.entries.iter().any(|e| norm(&e.category) == norm(c)) => {
-                (Some(c.to_string()), t.to_string())
+            (Some(c), _) => (Some(c), name),
+            (None, Some((c, t))) if self.entries.iter().any(|e| same_name(&e.category, c)) => {
+                (Some(c), t)
             }
-            _ => (None, name.to_string()),
+            _ => (None, name),
         };
-        let found: Vec<&Entry> = self
-            .entries
-            .iter()
-            .filter(|e| norm(&e.name) == norm(&tool))
-            .filter(|e| cat.as_deref().is_none_or(|c| norm(&e.category) == norm(c)))
+        let found: Vec<usize> = (0..self.entries.len())
+            .filter(|i| same_name(&self.entries[*i].name, tool))
+            .filter(|i| cat.is_none_or(|c| same_name(&self.entries[*i].category, c)))
             .collect();
         // `get-sum` and `get_sum` may both exist: the name as written wins.
-        let exact: Vec<&Entry> = found.iter().copied().filter(|e| e.name == tool).collect();
+        let exact: Vec<usize> = found
+            .iter()
+            .copied()
+            .filter(|i| self.entries[*i].name == tool)
+            .collect();
         if found.len() > 1 && exact.len() == 1 {
             return exact;
         }
         found
     }
+}
+
+/// Whether two names are the same without case, with `-` as `_`.
+fn same_name(a: &str, b: &str) -> bool {
+    let fold = |c: u8| {
+        if c == b'-' {
+            b'_'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 
 /// The hybrid score: the lexical score scaled so the best hit has 1, with

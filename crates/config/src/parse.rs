@@ -153,17 +153,13 @@ impl Cx<'_> {
                     .iter()
                     .map(|b| ("policy.budgets", &b.pattern)),
             );
-        let mut dead = Vec::new();
         for (section, pattern) in patterns {
             if pattern.names_none_of(servers.iter().copied()) {
-                dead.push(format!("{section}.{pattern}"));
+                self.warn(
+                    format!("{section}.{pattern}"),
+                    format!("names no configured server, so it applies to nothing ({configured})"),
+                );
             }
-        }
-        for key in dead {
-            self.warn(
-                key,
-                format!("names no configured server, so it applies to nothing ({configured})"),
-            );
         }
     }
 

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use crate::Pattern;
+use crate::names::Spelled;
 
 /// At most `limit` calls of the tools `pattern` names, per execution. The
 /// calls of every tool the pattern matches count together, so `github.*`
@@ -43,8 +44,9 @@ impl Budgets {
     /// Counts one call of `server.tool`, or refuses it (counting nothing)
     /// when a budget it falls under has no room left.
     pub fn charge(&mut self, server: &str, tool: &str) -> Result<(), BudgetExceeded> {
+        let name = Spelled::new(server, tool);
         let matching: Vec<usize> = (0..self.budgets.len())
-            .filter(|i| self.budgets[*i].pattern.matches(server, tool))
+            .filter(|i| self.budgets[*i].pattern.matches_spelled(&name))
             .collect();
         for i in &matching {
             let budget = &self.budgets[*i];
@@ -64,8 +66,9 @@ impl Budgets {
     /// Gives back a call counted by [`Budgets::charge`] that did not happen
     /// (it was refused afterwards).
     pub fn refund(&mut self, server: &str, tool: &str) {
+        let name = Spelled::new(server, tool);
         for (i, budget) in self.budgets.iter().enumerate() {
-            if budget.pattern.matches(server, tool)
+            if budget.pattern.matches_spelled(&name)
                 && let Some(n) = self.used.get_mut(&i)
             {
                 *n = n.saturating_sub(1);

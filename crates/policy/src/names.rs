@@ -58,6 +58,23 @@ pub(crate) fn spellings(name: &str) -> [String; 2] {
     [fold(name), fold(&python_name(name))]
 }
 
+/// `server.tool` in each of its spellings, folded once for every pattern it
+/// is compared with (a call is checked against all the rules and budgets).
+pub(crate) struct Spelled([(String, String); 2]);
+
+impl Spelled {
+    pub(crate) fn new(server: &str, tool: &str) -> Self {
+        let [server_written, server_python] = spellings(server);
+        let [tool_written, tool_python] = spellings(tool);
+        Spelled([(server_written, tool_written), (server_python, tool_python)])
+    }
+
+    /// Each spelling, as (server, tool).
+    pub(crate) fn each(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(s, t)| (s.as_str(), t.as_str()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

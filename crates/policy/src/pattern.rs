@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::names::{fold, spellings};
+use crate::names::{Spelled, fold, spellings};
 
 /// A glob on `server.tool`: `*` matches any run of characters. A pattern
 /// without a dot names a whole server (`github` is `github.*`).
@@ -67,8 +67,13 @@ impl Pattern {
 
     /// Whether the pattern matches `server.tool` in any of its spellings.
     pub fn matches(&self, server: &str, tool: &str) -> bool {
-        let (servers, tools) = (spellings(server), spellings(tool));
-        (0..2).any(|i| self.matches_spelling(&servers[i], &tools[i]))
+        self.matches_spelled(&Spelled::new(server, tool))
+    }
+
+    /// [`Pattern::matches`] for a name already spelled.
+    pub(crate) fn matches_spelled(&self, name: &Spelled) -> bool {
+        name.each()
+            .any(|(server, tool)| self.matches_spelling(server, tool))
     }
 
     /// Whether the pattern matches one spelling (already folded).

@@ -1,6 +1,6 @@
 //! Rules, annotations and the default: one decision per tool call.
 
-use crate::names::spellings;
+use crate::names::Spelled;
 use crate::pins::PinState;
 use crate::{Budget, Decision, Pattern};
 
@@ -65,12 +65,12 @@ impl Policy {
         // The most specific rule for each spelling of the name (as written,
         // as Python calls it), then the stricter of those: a spelling that
         // only some other tool shares can tighten a decision, never loosen it.
-        let (servers, tools) = (spellings(server), spellings(tool));
-        (0..2)
-            .filter_map(|i| {
+        Spelled::new(server, tool)
+            .each()
+            .filter_map(|(server, tool)| {
                 self.rules
                     .iter()
-                    .filter(|r| r.pattern.matches_spelling(&servers[i], &tools[i]))
+                    .filter(|r| r.pattern.matches_spelling(server, tool))
                     .max_by(|a, b| {
                         a.pattern
                             .specificity()

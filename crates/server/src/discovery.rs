@@ -316,17 +316,13 @@ impl CatalogService {
     /// The servers a catalog lacks and why, with the error of a listing
     /// that failed after the catalog was built in place of "still starting".
     pub fn unavailable(&self, built: &Built) -> Vec<(String, String)> {
-        let late = self
-            .late_failures
-            .lock()
-            .map(|l| l.clone())
-            .unwrap_or_default();
+        let late = self.late_failures.lock().ok();
         built
             .unavailable
             .iter()
             .map(|(server, error)| {
-                let error = late.get(server).cloned().unwrap_or_else(|| error.clone());
-                (server.clone(), error)
+                let error = late.as_ref().and_then(|l| l.get(server)).unwrap_or(error);
+                (server.clone(), error.clone())
             })
             .collect()
     }
@@ -405,11 +401,12 @@ impl CatalogService {
                 let tools = match (self.manager.known_tools(&name), u.status()) {
                     (Some(tools), _) => Ok(tools),
                     (None, cem_upstream::ServerStatus::Failed(e)) => Err(e),
-                    (None, _) if late.is_some() => Err(late.unwrap_or_default()),
-                    (None, _) => Err(format!(
-                        "still starting after {} s; its tools join the catalog when it answers: search again shortly",
-                        LIST_WAIT.as_secs()
-                    )),
+                    (None, _) => Err(late.unwrap_or_else(|| {
+                        format!(
+                            "still starting after {} s; its tools join the catalog when it answers: search again shortly",
+                            LIST_WAIT.as_secs()
+                        )
+                    })),
                 };
                 (name, tools)
             })

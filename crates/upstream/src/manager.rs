@@ -250,7 +250,7 @@ impl Upstream {
     async fn drop_connection(&self) {
         // A connection being made holds the lock through its handshake,
         // which a hanging server never ends: its child is stopped by
-        // `stdio::stop_all` instead.
+        // `Children::stop_all` instead.
         let Ok(mut conn) = tokio::time::timeout(Duration::from_secs(1), self.conn.lock()).await
         else {
             return;

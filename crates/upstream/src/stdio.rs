@@ -77,21 +77,28 @@ impl Children {
         if groups.is_empty() {
             return;
         }
-        for group in &groups {
-            signal_group(*group, Signal::SIGTERM);
-        }
-        let all_gone = async {
-            for group in &groups {
-                wait_group(*group).await;
-            }
-        };
-        if tokio::time::timeout(TERM_GRACE, all_gone).await.is_err() {
-            for group in &groups {
-                signal_group(*group, Signal::SIGKILL);
-            }
-        }
+        terminate(&groups).await;
         for group in groups {
             self.mark(group, false);
+        }
+    }
+}
+
+/// SIGTERM to every process of `groups`, then SIGKILL to whatever still
+/// runs in them after [`TERM_GRACE`] (an exited but unreaped leader does
+/// not count).
+async fn terminate(groups: &[Pid]) {
+    for group in groups {
+        signal_group(*group, Signal::SIGTERM);
+    }
+    let all_gone = async {
+        for group in groups {
+            wait_group(*group).await;
+        }
+    };
+    if tokio::time::timeout(TERM_GRACE, all_gone).await.is_err() {
+        for group in groups {
+            signal_group(*group, Signal::SIGKILL);
         }
     }
 }
@@ -165,15 +172,9 @@ impl Transport<RoleClient> for ChildTransport {
         if input_closed {
             let _ = tokio::time::timeout(EXIT_GRACE, wait_exit(&mut self.child)).await;
         }
-        signal_group(group, Signal::SIGTERM);
         // Whatever still runs in the group after the grace (the server, or
         // a child of a server that exited on its own) is killed.
-        if tokio::time::timeout(TERM_GRACE, wait_group(group))
-            .await
-            .is_err()
-        {
-            signal_group(group, Signal::SIGKILL);
-        }
+        terminate(&[group]).await;
         let _ = self.child.wait().await;
         self.children.mark(group, false);
         self.group = None;
