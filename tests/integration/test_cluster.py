@@ -395,3 +395,49 @@ async def test_an_approval_answered_through_another_node_reaches_the_paused_exec
         assert d.pg.psql("SELECT count(*) FROM cem_pins WHERE server = 'memory'") == "1"
     finally:
         teardown(d)
+
+
+def test_three_nodes_started_at_the_same_instant_on_an_empty_store_all_come_up(tmp_path: Path):
+    # Orchestrators start replicas together. Each round is a fresh, empty database; the three nodes are
+    # released by one barrier, so their migrations meet on the empty schema.
+    pg = Postgres.start(tmp_path)
+    try:
+        for round_ in range(10):
+            db = f"race{round_}"
+            pg._client("createdb", db)
+            url = pg.url.rsplit("/", 1)[0] + f"/{db}"
+            gate = threading.Barrier(3)
+            started: list[HttpServer | BaseException] = [None, None, None]  # type: ignore[list-item]
+
+            def start(i: int) -> None:
+                data = tmp_path / f"r{round_}n{i}"
+                data.mkdir()
+                config = tmp_path / f"r{round_}n{i}.json"
+                config.write_text(json.dumps({"store": {"url": url}, "auth": {"tokens": {"alice": TOKEN}}}))
+                port = free_port()
+                gate.wait()
+                try:
+                    started[i] = start_http(data, "--node-url", f"http://127.0.0.1:{port}",
+                                            addr=f"127.0.0.1:{port}", config=config)
+                except BaseException as e:  # noqa: BLE001 - reported below with the round
+                    started[i] = e
+
+            threads = [threading.Thread(target=start, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            try:
+                failed = [s for s in started if isinstance(s, BaseException)]
+                assert not failed, f"round {round_}: {failed[0]}"
+                for s in started:
+                    assert s.proc.poll() is None, f"round {round_}: a node exited: {s.log_text()}"
+                    answer, _ = rpc(s.url, "execute_code", {"code": "result = 6 * 7"})
+                    assert body(answer)["result"] == 42
+                assert pg._client("psql", "-d", db, "-At", "-c", "SELECT count(*) FROM cem_nodes").strip() == "3"
+            finally:
+                for s in started:
+                    if isinstance(s, HttpServer):
+                        s.stop()
+    finally:
+        pg.stop()

@@ -55,14 +55,17 @@ CREATE INDEX cem_sessions_id ON cem_sessions (kind, id);
 /// Applies the migrations this store lacks, under a lock so nodes that
 /// start together do not race.
 pub async fn migrate(client: &mut deadpool_postgres::Object) -> Result<(), ClusterError> {
-    client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS cem_migrations (
-                version int PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())",
-        )
-        .await?;
     let tx = client.transaction().await?;
+    // The lock comes before any DDL: two sessions running even `CREATE
+    // TABLE IF NOT EXISTS` at once on an empty store race in the catalog
+    // (one fails on pg_type's unique index), and orchestrators start
+    // replicas together.
     tx.execute(crate::LOCK, &[&"cem:migrations"]).await?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS cem_migrations (
+            version int PRIMARY KEY, applied timestamptz NOT NULL DEFAULT now())",
+    )
+    .await?;
     let applied: Vec<i32> = tx
         .query("SELECT version FROM cem_migrations", &[])
         .await?
