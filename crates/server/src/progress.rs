@@ -91,12 +91,16 @@ impl ProgressSink {
         let _ = self.queue.send(Message::Update(update));
     }
 
-    /// Waits until every update queued so far has been sent (at most a
-    /// second: a stuck client does not hold the answer).
+    /// Waits until every update queued so far is on the wire (or failed
+    /// to go: a closed transport answers at once). Unbounded on purpose:
+    /// the answer travels the same stream, so a client too slow to take an
+    /// update is too slow to take the answer, and a bound only let the
+    /// answer overtake the last update on a loaded machine (the client then
+    /// drops it, having stopped listening for this request).
     pub async fn flush(&self) {
         let (done, wait) = oneshot::channel();
         if self.queue.send(Message::Flush(done)).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(1), wait).await;
+            let _ = wait.await;
         }
     }
 }
