@@ -6,7 +6,7 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cem_pii::{Kind, Vault};
+use cem_pii::{Found, Kind, Vault};
 use serde_json::{Value, json};
 
 use crate::args::PiiCommand;
@@ -19,7 +19,7 @@ pub fn run(cmd: &PiiCommand) -> anyhow::Result<ExitCode> {
             std::io::stdin()
                 .read_to_string(&mut text)
                 .context("cannot read stdin (it must be UTF-8 text)")?;
-            let out = Vault::new(usize::MAX).tokenize(&text, &kinds(types)?);
+            let out = Vault::new(usize::MAX).tokenize(&text, Found::in_text(&text), &kinds(types)?);
             print!("{}", out.text);
             Ok(ExitCode::SUCCESS)
         }

@@ -154,6 +154,9 @@ pub struct SandboxConfig {
     pub disk_quota_mb: u64,
     /// Upstream tool calls one execution may make.
     pub max_tool_calls: u64,
+    /// Requests to the host that are not tool calls (search, PII, skills,
+    /// wrappers) one execution may make.
+    pub max_host_requests: u64,
     /// Executions allowed to run at once (others wait their turn).
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm. Unset: [`POOL_FORKED`] when
@@ -225,6 +228,7 @@ impl Default for SandboxConfig {
             disk_quota_mb: 1024,
             max_concurrent: 8,
             max_tool_calls: 1000,
+            max_host_requests: 1000,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: None,
             zygote: true,

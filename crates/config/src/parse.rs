@@ -420,6 +420,11 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 1_000_000, "calls")
                         .unwrap_or(s.max_tool_calls)
                 }
+                "max_host_requests" => {
+                    s.max_host_requests = self
+                        .positive(&key, v, 1, 1_000_000, "requests")
+                        .unwrap_or(s.max_host_requests)
+                }
                 "max_concurrent" => {
                     s.max_concurrent = self
                         .positive(&key, v, 1, 1024, "executions")
@@ -1128,6 +1133,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "disk_quota_mb",
     "max_concurrent",
     "max_tool_calls",
+    "max_host_requests",
     "python",
     "pool_size",
     "zygote",

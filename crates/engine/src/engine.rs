@@ -385,7 +385,7 @@ impl Engine {
         });
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
-        let mut stats = CallStats::new(cfg.max_tool_calls);
+        let mut stats = CallStats::new(cfg.max_tool_calls, cfg.max_host_requests);
         stats.disk_limit = request.disk_limit_bytes;
         if let Ok(mut s) = stats.installs.lock()
             && !base_wait.is_zero()
@@ -463,9 +463,11 @@ impl Engine {
         };
         answer.execution_time_ms = started.elapsed().as_millis() as u64;
         answer.tool_calls = stats.calls;
+        // Closed whatever the outcome: results still queued for counting
+        // are estimated, not counted after the answer.
+        let inside = stats.tokens.close();
         if stats.calls > 0 {
-            let results = stats.results.lock().map(|r| r.clone()).unwrap_or_default();
-            answer.tokens = Some(crate::tokens::account(&results, &answer));
+            answer.tokens = Some(crate::tokens::account(inside, &answer));
         }
         answer.session_id = request.session_id;
         answer.packages = stats

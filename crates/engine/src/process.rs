@@ -21,6 +21,15 @@ use serde_json::json;
 
 /// Longest line accepted from the runtime (answers are capped well below).
 const MAX_LINE: usize = 32 << 20;
+/// Longest request from code to the host that is not a tool call (search,
+/// PII, skills, wrappers): the largest legitimate one (1 MiB of text for
+/// tokenize_pii, escaped) fits.
+pub const MAX_HOST_REQUEST: usize = 2 << 20;
+/// Host requests (not tool calls) of one execution in flight at once;
+/// past it the exchange stops reading from the code, which waits.
+const HOST_IN_FLIGHT: usize = 4;
+/// Tool calls and host requests of one execution in flight at once.
+const IN_FLIGHT: usize = 32;
 /// Tool results larger than this (as JSON) are refused with advice: they
 /// would cost the sandbox's memory and the host's pipe time for data code
 /// can rarely use whole.
@@ -88,20 +97,33 @@ pub enum Failure {
 pub struct CallStats {
     pub calls: u64,
     pub max_calls: u64,
-    /// The JSON of every successful result (for token accounting).
-    pub results: Arc<Mutex<Vec<String>>>,
+    /// Requests to the host that are not tool calls, and their limit.
+    pub host_requests: u64,
+    pub max_host_requests: u64,
+    /// Tokens of the successful results, counted as they arrive.
+    pub tokens: crate::tokens::Meter,
     /// Time spent waiting on package installs, and what they brought.
     pub installs: Arc<Mutex<InstallStats>>,
     /// Disk bytes this execution may add, if less than the launch's quota.
     pub disk_limit: Option<u64>,
 }
 
+impl Drop for CallStats {
+    /// However the execution ended (an error too), nothing more of it is
+    /// counted after.
+    fn drop(&mut self) {
+        self.tokens.close();
+    }
+}
+
 impl CallStats {
-    pub fn new(max_calls: u64) -> Self {
+    pub fn new(max_calls: u64, max_host_requests: u64) -> Self {
         Self {
             calls: 0,
             max_calls,
-            results: Arc::new(Mutex::new(Vec::new())),
+            host_requests: 0,
+            max_host_requests,
+            tokens: crate::tokens::Meter::default(),
             installs: Arc::new(Mutex::new(InstallStats::default())),
             disk_limit: None,
         }
@@ -130,6 +152,8 @@ type Writer = Box<dyn AsyncWrite + Unpin + Send>;
 struct Lines {
     reader: BufReader<Reader>,
     line: Vec<u8>,
+    /// Bytes of the last message read.
+    last_len: usize,
 }
 
 impl Lines {
@@ -137,6 +161,7 @@ impl Lines {
         Self {
             reader: BufReader::with_capacity(64 << 10, stdout),
             line: Vec::new(),
+            last_len: 0,
         }
     }
 
@@ -158,6 +183,7 @@ impl Lines {
                 )));
             }
             if newline.is_some() {
+                self.last_len = self.line.len();
                 let item = serde_json::from_slice(&self.line)
                     .map_err(|e| format!("the runtime sent invalid JSON: {e}"));
                 self.line.clear();
@@ -606,19 +632,28 @@ impl Interp {
         let started = tokio::time::Instant::now();
         let mut deadline = started + timeout;
         self.send(request, deadline).await?;
-        // Tool calls in flight, polled by this task: an answer goes back
-        // without a hop through another task. Whatever is still running when
-        // the code's result arrives is dropped, which cancels it upstream.
-        let mut calls: FuturesUnordered<BoxFuture<Vec<u8>>> = FuturesUnordered::new();
+        // Tool calls and host requests in flight, polled by this task: an
+        // answer goes back without a hop through another task. Whatever is
+        // still running when the code's result arrives (or the deadline) is
+        // dropped, which cancels it upstream; nothing of it outlives the
+        // exchange but blocking work already started, which holds its
+        // tenant's share of the host until it ends (see the server's
+        // host_work). Each answer says whether it was a host request.
+        let mut calls: FuturesUnordered<BoxFuture<(Vec<u8>, bool)>> = FuturesUnordered::new();
+        let mut host_in_flight = 0usize;
         enum Step {
             Message(Option<Result<Value, String>>),
-            Answer(Vec<u8>),
+            Answer(Vec<u8>, bool),
             TimedOut,
         }
         loop {
+            // Back-pressure: with enough in flight, the code's next request
+            // waits in the pipe (and the code with it) rather than in a
+            // queue on the host.
+            let room = calls.len() < IN_FLIGHT && host_in_flight < HOST_IN_FLIGHT;
             let step = tokio::select! {
-                m = self.messages.next() => Step::Message(m),
-                Some(a) = calls.next(), if !calls.is_empty() => Step::Answer(a),
+                m = self.messages.next(), if room => Step::Message(m),
+                Some((a, host)) = calls.next(), if !calls.is_empty() => Step::Answer(a, host),
                 () = tokio::time::sleep_until(deadline) => Step::TimedOut,
             };
             match step {
@@ -634,7 +669,10 @@ impl Interp {
                     self.kill().await;
                     return Err(Failure::Timeout);
                 }
-                Step::Answer(line) => self.send_line(line, deadline).await?,
+                Step::Answer(line, host) => {
+                    host_in_flight -= usize::from(host);
+                    self.send_line(line, deadline).await?
+                }
                 Step::Message(None) => return Err(self.died().await),
                 Step::Message(Some(Err(problem))) => {
                     self.kill().await;
@@ -643,16 +681,21 @@ impl Interp {
                 Step::Message(Some(Ok(msg))) => match msg.get("type").and_then(Value::as_str) {
                     Some("result") => return Ok(msg),
                     Some("install") => {
-                        calls.push(install(msg, installs, stats));
+                        calls.push(tagged(install(msg, installs, stats), false));
                     }
                     Some("progress") => {
                         if let Some(bridge) = bridge {
                             bridge.progress(msg);
                         }
                     }
-                    Some(kind @ ("call" | "search" | "pii" | "skill" | "wrappers")) => {
+                    Some("call") => {
+                        calls.push(tagged(relay("call", msg, bridge, stats), false));
+                    }
+                    Some(kind @ ("search" | "pii" | "skill" | "wrappers")) => {
                         let kind = kind.to_string();
-                        calls.push(relay(&kind, msg, bridge, stats));
+                        let size = self.messages.last_len;
+                        calls.push(tagged(host_request(&kind, msg, size, bridge, stats), true));
+                        host_in_flight += 1;
                     }
                     _ => {
                         self.kill().await;
@@ -864,7 +907,7 @@ fn relay(
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let results = stats.results.clone();
+    let meter = stats.tokens.clone();
     Box::pin(async move {
         match bridge.call(tool.clone(), arguments).await {
             Ok(value) => {
@@ -878,15 +921,62 @@ fn relay(
                     );
                     return failed(&id, server, name, why);
                 }
-                let line = answered(&id, &text);
-                if let Ok(mut r) = results.lock() {
-                    r.push(text);
-                }
-                line
+                meter.record(&text);
+                answered(&id, &text)
             }
             Err(e) => failed(&id, &e.server, &e.tool, e.message),
         }
     })
+}
+
+/// Tags an answer with whether it answers a host request.
+fn tagged(answer: BoxFuture<Vec<u8>>, host: bool) -> BoxFuture<(Vec<u8>, bool)> {
+    Box::pin(async move { (answer.await, host) })
+}
+
+/// The answer line to one host request (search, pii, skill, wrappers):
+/// refused past the execution's count or size limit, else relayed.
+fn host_request(
+    kind: &str,
+    msg: Value,
+    size: usize,
+    bridge: Option<&Arc<dyn Bridge>>,
+    stats: &mut CallStats,
+) -> BoxFuture<Vec<u8>> {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    stats.host_requests += 1;
+    let refusal = if stats.host_requests > stats.max_host_requests {
+        Some(format!(
+            "more than {} requests to the host (search_tools, tokenize_pii, detokenize_pii, skills) \
+             in one execution (sandbox.max_host_requests); batch the work or split it over calls",
+            stats.max_host_requests
+        ))
+    } else if size > MAX_HOST_REQUEST {
+        Some(format!(
+            "the request is {size} bytes; requests to the host other than tool calls take at most \
+             {MAX_HOST_REQUEST}: split the text"
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some(why) => Box::pin(async move { failed(&id, "", kind_name(&msg), why) }),
+        None => relay(kind, msg, bridge, stats),
+    }
+}
+
+/// What a host request is, in the words code used.
+fn kind_name(msg: &Value) -> &'static str {
+    match (
+        msg["type"].as_str(),
+        msg.pointer("/arguments/op").and_then(Value::as_str),
+    ) {
+        (Some("pii"), Some("tokenize")) => "tokenize_pii",
+        (Some("pii"), _) => "detokenize_pii",
+        (Some("search"), _) => "search_tools",
+        (Some("skill"), _) => "skills",
+        _ => "wrappers",
+    }
 }
 
 /// The answer line to one "install" message: the layer built (or found)

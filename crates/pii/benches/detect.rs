@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use cem_pii::{Kind, Vault, detect};
+use cem_pii::{Found, Kind, Vault, detect};
 
 struct Rng(u64);
 
@@ -97,7 +97,9 @@ fn main() {
     let clean = corpus(8 << 20, false);
     let (detect_rate, found) = median_mb_s(&mixed, |t| detect(t).len());
     let (tokenize_rate, _) = median_mb_s(&mixed, |t| {
-        Vault::new(64 << 20).tokenize(t, &Kind::ALL).total()
+        Vault::new(64 << 20)
+            .tokenize(t, Found::in_text(t), &Kind::ALL)
+            .total()
     });
     let (clean_rate, clean_found) = median_mb_s(&clean, |t| detect(t).len());
     println!(

@@ -22,4 +22,4 @@ mod vault;
 
 pub use detect::{Entity, detect, detect_field};
 pub use kind::Kind;
-pub use vault::{Restored, Tokenized, Vault, Vaults, lock, rename_tokens};
+pub use vault::{Found, Restored, Tokenized, Vault, Vaults, lock, rename_tokens, tokenize_shared};

@@ -39,6 +39,58 @@ pub struct Restored {
     pub unknown: Vec<String>,
 }
 
+/// What the detectors found in one text, found with no vault at hand:
+/// detection is the slow part (milliseconds a megabyte), and a session's
+/// vault is shared by all its requests and its code's bridge calls, so it
+/// must not be locked while detecting.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    entities: Vec<crate::Entity>,
+    text_len: usize,
+}
+
+impl Found {
+    /// Personal data and secrets in free text.
+    pub fn in_text(text: &str) -> Self {
+        Self {
+            entities: detect(text),
+            text_len: text.len(),
+        }
+    }
+
+    /// Like [`Found::in_text`] for the value of a structured field: the
+    /// key tells what the value is (`"password": "…"`, `"phone": "…"`).
+    pub fn in_field(key: &str, value: &str) -> Self {
+        Self {
+            entities: detect_field(key, value),
+            text_len: value.len(),
+        }
+    }
+
+    /// The findings, in order.
+    pub fn entities(&self) -> &[crate::Entity] {
+        &self.entities
+    }
+
+    /// Whether nothing of `kinds` was found (no token would be made).
+    pub fn none_of(&self, kinds: &[Kind]) -> bool {
+        !self.entities.iter().any(|e| kinds.contains(&e.kind))
+    }
+}
+
+/// Tokenizes `text` with a shared vault: detects first, then locks the
+/// vault only to give out tokens (and not at all when nothing was found).
+pub fn tokenize_shared(vault: &Mutex<Vault>, text: &str, kinds: &[Kind]) -> Tokenized {
+    let found = Found::in_text(text);
+    if found.none_of(kinds) {
+        return Tokenized {
+            text: text.to_string(),
+            counts: BTreeMap::new(),
+        };
+    }
+    lock(vault).tokenize(text, found, kinds)
+}
+
 /// Tokens for one session.
 #[derive(Debug)]
 pub struct Vault {
@@ -112,22 +164,25 @@ impl Vault {
         token
     }
 
-    /// Replaces what the detectors find (of `kinds`) with tokens.
-    pub fn tokenize(&mut self, text: &str, kinds: &[Kind]) -> Tokenized {
-        self.replace(text, detect(text), kinds)
-    }
-
-    /// Like [`Vault::tokenize`] for the value of a structured field: the
-    /// key tells what the value is (`"password": "…"`, `"phone": "…"`).
-    pub fn tokenize_field(&mut self, key: &str, value: &str, kinds: &[Kind]) -> Tokenized {
-        self.replace(value, detect_field(key, value), kinds)
-    }
-
-    fn replace(&mut self, text: &str, found: Vec<crate::Entity>, kinds: &[Kind]) -> Tokenized {
+    /// Replaces what was `found` in `text` (of `kinds`) with tokens. The
+    /// finding is done before, by [`Found`], so a vault shared by a
+    /// session's requests is locked only to give out tokens (see
+    /// [`tokenize_shared`]). Findings made for another text are made again.
+    pub fn tokenize(&mut self, text: &str, found: Found, kinds: &[Kind]) -> Tokenized {
+        let entities = if found.text_len == text.len() {
+            found.entities
+        } else {
+            detect(text)
+        };
         let mut out = String::with_capacity(text.len());
         let mut counts = BTreeMap::new();
         let mut last = 0;
-        for e in found.into_iter().filter(|e| kinds.contains(&e.kind)) {
+        for e in entities.into_iter().filter(|e| kinds.contains(&e.kind)) {
+            // Offsets of findings made for another text of the same length
+            // may not fall on its boundaries: such a finding is skipped.
+            if e.start < last || text.get(e.start..e.end).is_none() {
+                continue;
+            }
             out.push_str(&text[last..e.start]);
             out.push_str(&self.token_for(e.kind, &text[e.start..e.end]));
             *counts.entry(e.kind).or_insert(0) += 1;
@@ -394,6 +449,18 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    fn tok(v: &mut Vault, text: &str, kinds: &[Kind]) -> Tokenized {
+        v.tokenize(text, Found::in_text(text), kinds)
+    }
+
+    #[test]
+    fn findings_for_another_text_are_made_again() {
+        let mut v = Vault::new(1 << 20);
+        let stale = Found::in_text("ana@example.com");
+        let t = v.tokenize("call 10.1.2.3 now", stale, &Kind::ALL);
+        assert_eq!(t.text, "call [IP_1] now");
+    }
+
     #[test]
     fn adopted_tokens_restore_and_number_on() {
         let mut v = Vault::new(1 << 20);
@@ -429,10 +496,14 @@ mod tests {
     #[test]
     fn tokens_are_stable_and_restore() {
         let mut v = Vault::new(1 << 20);
-        let a = v.tokenize("mail ana@example.com and ana@example.com", &Kind::ALL);
+        let a = tok(
+            &mut v,
+            "mail ana@example.com and ana@example.com",
+            &Kind::ALL,
+        );
         assert_eq!(a.text, "mail [EMAIL_1] and [EMAIL_1]");
         assert_eq!(a.counts[&Kind::Email], 2);
-        let b = v.tokenize("bob@example.org, ana@example.com", &Kind::ALL);
+        let b = tok(&mut v, "bob@example.org, ana@example.com", &Kind::ALL);
         assert_eq!(b.text, "[EMAIL_2], [EMAIL_1]");
         let r = v.restore("to [EMAIL_2] cc [EMAIL_9]");
         assert_eq!(r.text, "to bob@example.org cc [EMAIL_9]");
@@ -442,9 +513,7 @@ mod tests {
     #[test]
     fn a_session_cannot_restore_another_sessions_tokens() {
         let vaults = Vaults::new(Duration::from_secs(60), 8, 1 << 20);
-        let t = lock(&vaults.get("a"))
-            .tokenize("ana@example.com", &Kind::ALL)
-            .text;
+        let t = tokenize_shared(&vaults.get("a"), "ana@example.com", &Kind::ALL).text;
         assert_eq!(lock(&vaults.get("b")).restore(&t).text, t);
         assert_eq!(lock(&vaults.get("a")).restore(&t).text, "ana@example.com");
     }
@@ -468,12 +537,10 @@ mod tests {
     #[test]
     fn a_returning_session_never_gets_an_old_token_for_a_new_value() {
         let vaults = Vaults::new(Duration::from_secs(60), 1, 1 << 20);
-        let first = lock(&vaults.get("a"))
-            .tokenize("ana@example.com", &Kind::ALL)
-            .text;
+        let first = tokenize_shared(&vaults.get("a"), "ana@example.com", &Kind::ALL).text;
         vaults.get("b"); // "a" is evicted
         let again = vaults.get("a");
-        let second = lock(&again).tokenize("bob@example.com", &Kind::ALL).text;
+        let second = tokenize_shared(&again, "bob@example.com", &Kind::ALL).text;
         assert_eq!(
             (first.as_str(), second.as_str()),
             ("[EMAIL_1]", "[EMAIL_2]")
@@ -484,7 +551,7 @@ mod tests {
     #[test]
     fn only_the_asked_kinds_are_tokenized() {
         let mut v = Vault::new(1 << 20);
-        let t = v.tokenize("ana@example.com from 10.1.2.3", &[Kind::Email]);
+        let t = tok(&mut v, "ana@example.com from 10.1.2.3", &[Kind::Email]);
         assert_eq!(t.text, "[EMAIL_1] from 10.1.2.3");
     }
 }

@@ -95,12 +95,10 @@ impl Bridge for ToolBridge {
 
     fn pii(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let session = self.session.clone();
-        // Detection is CPU work: off the async workers.
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || pii(&session, &arguments))
-                .await
-                .unwrap_or_else(|e| Err(format!("the PII task failed: {e}")))
-        })
+        let host = self.state.host.clone();
+        // Detection is CPU work: off the async workers, within the
+        // tenant's share of the host's threads.
+        Box::pin(async move { host.run(move || pii(&session, &arguments)).await? })
     }
 }
 
@@ -142,13 +140,13 @@ async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String
                 ),
             };
             let name = text("name");
-            let skill = crate::tools::blocking(move || Ok(store.load(&name, version)?))
+            let skill = crate::tools::blocking(state, move || Ok(store.load(&name, version)?))
                 .await
                 .map_err(|e| e.0)?;
             Ok(json!({"code": skill.code, "meta": skill.meta}))
         }
         Some("list") => {
-            let (skills, _) = crate::tools::blocking(move || Ok(store.list()?))
+            let (skills, _) = crate::tools::blocking(state, move || Ok(store.list()?))
                 .await
                 .map_err(|e| e.0)?;
             Ok(json!(skills))
@@ -166,18 +164,22 @@ fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
             text.len()
         ));
     }
-    let mut vault = session.vault();
     match arguments["op"].as_str() {
         Some("tokenize") => {
-            let out = vault.tokenize(text, &Kind::ALL);
+            // Found once, with no lock held: the vault is shared by the
+            // session's requests and only gives out tokens under its lock.
+            let found = cem_pii::Found::in_text(text);
+            let entities = found.entities().to_vec();
+            let mut vault = session.vault();
+            let out = vault.tokenize(text, found, &Kind::ALL);
             let mut tokens = serde_json::Map::new();
-            for e in cem_pii::detect(text) {
+            for e in entities {
                 let value = &text[e.start..e.end];
                 tokens.insert(vault.token_for(e.kind, value), json!(value));
             }
             Ok(json!({"text": out.text, "tokens": tokens}))
         }
-        Some("detokenize") => Ok(json!({"text": vault.restore(text).text})),
+        Some("detokenize") => Ok(json!({"text": session.vault().restore(text).text})),
         _ => Err("op must be tokenize or detokenize".into()),
     }
 }
@@ -254,7 +256,7 @@ async fn call(
         let mut shown = raw.clone();
         if privacy::automatic(pii) {
             let mut counts = std::collections::BTreeMap::new();
-            privacy::tokenize_value(&mut session.vault(), &mut shown, &pii.types, &mut counts);
+            privacy::tokenize_value(&session.vault, &mut shown, &pii.types, &mut counts);
         }
         shown
     };

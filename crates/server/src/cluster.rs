@@ -166,7 +166,7 @@ pub async fn change_skill<T: Send + 'static>(
         Some(cluster) => Ok(cluster
             .change_skill(&state.tenant, &state.skills, name, work)
             .await?),
-        None => crate::tools::blocking(move || Ok(work())).await,
+        None => crate::tools::blocking(state, move || Ok(work())).await,
     }
 }
 

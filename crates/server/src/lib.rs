@@ -15,6 +15,7 @@ pub mod discovery;
 mod forward;
 pub mod gate;
 mod handler;
+pub mod host_work;
 mod http;
 pub mod privacy;
 pub mod progress;

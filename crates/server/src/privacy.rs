@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use cem_config::{PiiConfig, PiiMode};
-use cem_pii::{Kind, Vault};
+use cem_pii::{Found, Kind, Vault};
 use serde_json::{Map, Value, json};
 
 /// How long an unused session's vault is kept.
@@ -86,10 +86,7 @@ pub fn connection_key(connection: u64) -> String {
 /// tokens in automatic mode (a progress message, say), else unchanged.
 pub fn shown(state: &crate::AppState, session: &Session, text: String) -> String {
     if automatic(&state.config.pii) {
-        session
-            .vault()
-            .tokenize(&text, &state.config.pii.types)
-            .text
+        cem_pii::tokenize_shared(&session.vault, &text, &state.config.pii.types).text
     } else {
         text
     }
@@ -104,63 +101,75 @@ pub fn automatic(config: &PiiConfig) -> bool {
 /// An object's entries are read with their key (`"password": "…"` is a
 /// secret, `"phone": "4155552671"` a phone number), and numbers as text
 /// (a card number may be one): a number found whole becomes its token.
+///
+/// Two passes over the value: the first detects with no lock held, the
+/// second locks the vault only to give out tokens (and is skipped when
+/// nothing was found). A session's vault is shared by its requests and its
+/// code's bridge calls: detection under the lock made them queue behind a
+/// megabyte's scan.
 pub fn tokenize_value(
-    vault: &mut Vault,
+    vault: &Mutex<Vault>,
     value: &mut Value,
     kinds: &[Kind],
     counts: &mut BTreeMap<Kind, usize>,
 ) {
-    tokenize_in(vault, None, value, kinds, counts);
-}
-
-fn tokenize_in(
-    vault: &mut Vault,
-    key: Option<&str>,
-    value: &mut Value,
-    kinds: &[Kind],
-    counts: &mut BTreeMap<Kind, usize>,
-) {
-    fn text(
-        vault: &mut Vault,
-        s: &str,
-        key: Option<&str>,
-        kinds: &[Kind],
-        counts: &mut BTreeMap<Kind, usize>,
-    ) -> Option<String> {
-        let t = match key {
-            Some(k) => vault.tokenize_field(k, s, kinds),
-            None => vault.tokenize(s, kinds),
-        };
-        if t.counts.is_empty() {
+    let mut found = Vec::new();
+    walk(None, value, &mut |key, text| {
+        found.push(match key {
+            Some(k) => Found::in_field(k, text),
+            None => Found::in_text(text),
+        });
+        None
+    });
+    if found.iter().all(|f| f.none_of(kinds)) {
+        return;
+    }
+    let mut vault = cem_pii::lock(vault);
+    let mut found = found.into_iter();
+    walk(None, value, &mut |_, text| {
+        let f = found.next()?;
+        if f.none_of(kinds) {
             return None;
         }
+        let t = vault.tokenize(text, f, kinds);
         for (k, n) in t.counts {
             *counts.entry(k).or_insert(0) += n;
         }
         Some(t.text)
-    }
+    });
+}
+
+/// Visits every string of `value` (numbers as text, object keys after
+/// their value) in one fixed order, with the key it sits under; where
+/// `visit` returns a text, that text takes the string's place (a number
+/// becomes a string).
+fn walk(
+    key: Option<&str>,
+    value: &mut Value,
+    visit: &mut impl FnMut(Option<&str>, &str) -> Option<String>,
+) {
     match value {
         Value::String(s) => {
-            if let Some(t) = text(vault, s, key, kinds, counts) {
+            if let Some(t) = visit(key, s) {
                 *s = t;
             }
         }
         Value::Number(n) => {
-            if let Some(t) = text(vault, &n.to_string(), key, kinds, counts) {
+            if let Some(t) = visit(key, &n.to_string()) {
                 *value = Value::String(t);
             }
         }
         Value::Array(items) => {
             for item in items {
-                tokenize_in(vault, key, item, kinds, counts);
+                walk(key, item, visit);
             }
         }
         Value::Object(map) => {
             let old = std::mem::take(map);
             let mut new = Map::with_capacity(old.len());
             for (k, mut v) in old {
-                tokenize_in(vault, Some(&k), &mut v, kinds, counts);
-                let key = text(vault, &k, None, kinds, counts).unwrap_or(k);
+                walk(Some(&k), &mut v, visit);
+                let key = visit(None, &k).unwrap_or(k);
                 new.insert(key, v);
             }
             *map = new;
@@ -224,12 +233,7 @@ pub fn summary(counts: &BTreeMap<Kind, usize>) -> Value {
 /// numbers alike) and, when something was replaced, adds the `pii` summary.
 pub fn tokenize_answer(state: &crate::AppState, session: &Session, body: &mut Value) {
     let mut counts = BTreeMap::new();
-    tokenize_value(
-        &mut session.vault(),
-        body,
-        &state.config.pii.types,
-        &mut counts,
-    );
+    tokenize_value(&session.vault, body, &state.config.pii.types, &mut counts);
     if !counts.is_empty()
         && let Some(obj) = body.as_object_mut()
     {
@@ -243,11 +247,12 @@ mod tests {
 
     #[test]
     fn values_round_trip_keys_included() {
-        let mut vault = Vault::new(1 << 20);
+        let vault = Mutex::new(Vault::new(1 << 20));
         let original = json!({"ana@example.com": ["call +44 20 7946 0958", 3, {"note": "none"}]});
         let mut v = original.clone();
         let mut counts = BTreeMap::new();
-        tokenize_value(&mut vault, &mut v, &Kind::ALL, &mut counts);
+        tokenize_value(&vault, &mut v, &Kind::ALL, &mut counts);
+        let vault = cem_pii::lock(&vault);
         assert_eq!(
             v,
             json!({"[EMAIL_1]": ["call [PHONE_1]", 3, {"note": "none"}]})

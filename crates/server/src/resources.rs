@@ -113,7 +113,7 @@ async fn binary(
 ) -> Result<ReadResourceResult, ErrorData> {
     use base64::Engine as _;
     let (reader, path) = (state.clone(), path.to_string());
-    let bytes = tools::blocking(move || Ok(reader.workspace.read(&path)?))
+    let bytes = tools::blocking(state, move || Ok(reader.workspace.read(&path)?))
         .await
         .map_err(|e| ErrorData::invalid_params(e.0, None))?;
     if crate::privacy::automatic(&state.config.pii)
@@ -179,7 +179,7 @@ pub async fn snapshot(state: &Arc<AppState>) -> Option<HashMap<String, (u64, i12
         Ok(Some(files)) => files,
         Ok(None) | Err(_) => {
             let st = state.clone();
-            tools::blocking(move || Ok(st.workspace.files()?))
+            tools::blocking(state, move || Ok(st.workspace.files()?))
                 .await
                 .ok()?
         }

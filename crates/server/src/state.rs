@@ -57,6 +57,8 @@ pub struct AppState {
     /// execute_code calls run as tasks (the MCP Tasks extension), until
     /// their time to live has passed.
     pub tasks: Tasks,
+    /// This tenant's share of the host's blocking threads.
+    pub host: crate::host_work::HostWork,
 }
 
 /// The tenant's tasks (rmcp's manager, which keeps no `Debug`).
@@ -92,6 +94,8 @@ struct Shared<'a> {
     running: Option<Arc<tokio::sync::Semaphore>>,
     /// Every tenant's interpreter sessions (one server-wide cap).
     sessions: Option<Arc<cem_engine::SessionTable>>,
+    /// The host's bound on blocking jobs at once, for all tenants.
+    host: Arc<tokio::sync::Semaphore>,
     cluster: Option<Arc<cem_cluster::Cluster>>,
 }
 
@@ -200,6 +204,7 @@ impl AppState {
             sessions: Some(cem_engine::SessionTable::new(
                 config.sandbox.max_sessions as usize,
             )),
+            host: crate::host_work::HostWork::server_bound(),
             config,
             config_path,
             data_dir,
@@ -242,6 +247,7 @@ impl AppState {
             ranking: self.catalog.ranking().clone(),
             running: base.running.clone(),
             sessions: base.sessions.clone(),
+            host: self.host.server(),
             cluster: self.cluster.clone(),
         };
         let audit_path = root.join("audit").join("audit.jsonl");
@@ -270,6 +276,7 @@ impl AppState {
             ranking,
             running,
             sessions,
+            host,
             cluster,
         } = shared;
         let workspace = Arc::new(Workspace::open_owned(
@@ -312,6 +319,7 @@ impl AppState {
         Ok(Self {
             changes: tokio::sync::broadcast::channel(256).0,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
+            host: crate::host_work::HostWork::new(host),
             cluster,
             tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),

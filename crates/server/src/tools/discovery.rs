@@ -238,7 +238,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
     {
         let store = state.skills.clone();
         let name = entry.name.clone();
-        let skill = super::blocking(move || Ok(store.load(&name, None)?)).await?;
+        let skill = super::blocking(state, move || Ok(store.load(&name, None)?)).await?;
         let mut python = crate::skills::usage(&skill.meta);
         if let Some(p) = python.as_object_mut() {
             p.insert("functions".into(), json!(skill.meta.functions));

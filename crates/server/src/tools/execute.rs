@@ -78,7 +78,7 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     }
     if quotas.workspace_bytes.is_some() {
         let st = state.clone();
-        match super::blocking(move || Ok(st.workspace.usage()?)).await {
+        match super::blocking(state, move || Ok(st.workspace.usage()?)).await {
             Ok(usage) => request.disk_limit_bytes = state.quota.disk_allowance(usage.bytes),
             Err(e) => return Answer::Plain(Err(e)),
         }
@@ -216,7 +216,6 @@ fn tokenize_answer(state: &AppState, session: &Session, body: &mut serde_json::V
         return;
     };
     let mut counts = std::collections::BTreeMap::new();
-    let mut vault = session.vault();
     for field in [
         "result",
         "output",
@@ -227,7 +226,7 @@ fn tokenize_answer(state: &AppState, session: &Session, body: &mut serde_json::V
         "files_written",
     ] {
         if let Some(value) = obj.get_mut(field) {
-            privacy::tokenize_value(&mut vault, value, &state.config.pii.types, &mut counts);
+            privacy::tokenize_value(&session.vault, value, &state.config.pii.types, &mut counts);
         }
     }
     if !counts.is_empty() {

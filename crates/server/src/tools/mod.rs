@@ -223,11 +223,10 @@ pub fn success(fields: Value) -> Value {
 
 /// Runs blocking file work off the async executor.
 pub(crate) async fn blocking<T: Send + 'static>(
+    state: &AppState,
     work: impl FnOnce() -> Result<T, ToolFailure> + Send + 'static,
 ) -> Result<T, ToolFailure> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| ToolFailure(format!("internal error: the task failed ({e}); retry")))?
+    state.host.run(work).await.map_err(ToolFailure)?
 }
 
 #[cfg(test)]

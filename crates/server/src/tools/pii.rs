@@ -37,7 +37,7 @@ fn text_only() -> serde_json::Value {
 pub fn sanitize(_state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     args.only(&["text"])?;
     let text = args.string("text")?;
-    let out = session.vault().tokenize(&text, &Kind::ALL);
+    let out = cem_pii::tokenize_shared(&session.vault, &text, &Kind::ALL);
     let counts = summary(&out.counts);
     Ok(success(json!({
         "sanitized_text": out.text,

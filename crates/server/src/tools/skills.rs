@@ -106,7 +106,8 @@ pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
     let name = args.string("name")?;
     let version = args.opt_u64("version")?;
     let store = state.skills.clone();
-    let (skill, versions) = blocking(move || Ok(store.load_with_versions(&name, version)?)).await?;
+    let (skill, versions) =
+        blocking(state, move || Ok(store.load_with_versions(&name, version)?)).await?;
     let use_ = usage(&skill.meta);
     let mut body = serde_json::to_value(&skill).unwrap_or(Value::Null);
     if let Some(obj) = body.as_object_mut() {
@@ -119,7 +120,7 @@ pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
 pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&[])?;
     let store = state.skills.clone();
-    let (skills, problems) = blocking(move || Ok(store.list()?)).await?;
+    let (skills, problems) = blocking(state, move || Ok(store.list()?)).await?;
     let listed: Vec<Value> = skills
         .iter()
         .map(|m| {

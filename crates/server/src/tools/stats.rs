@@ -17,9 +17,9 @@ pub const STATS: ToolDef = ToolDef {
 pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&[])?;
     let st = state.clone();
-    let usage = blocking(move || Ok(st.workspace.usage()?)).await?;
+    let usage = blocking(state, move || Ok(st.workspace.usage()?)).await?;
     let store = state.skills.clone();
-    let skills = blocking(move || Ok(store.list()?.0.len())).await?;
+    let skills = blocking(state, move || Ok(store.list()?.0.len())).await?;
     let config = &state.config;
     let upstreams: Vec<_> = config
         .servers

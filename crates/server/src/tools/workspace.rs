@@ -54,7 +54,7 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
     let filename = args.string("filename")?;
     let content = args.string("content")?;
     let writer = state.clone();
-    let written = blocking(move || {
+    let written = blocking(state, move || {
         let state = writer;
         if state.quota.config().workspace_bytes.is_some() {
             let used = state.workspace.usage()?.bytes;
@@ -94,11 +94,11 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
         shown.clone()
     };
     let reader = state.clone();
-    let content = match blocking(move || Ok(reader.workspace.read_text(&filename)?)).await {
+    let content = match blocking(state, move || Ok(reader.workspace.read_text(&filename)?)).await {
         Ok(content) => content,
         // The error quotes the restored name: the model sees it as tokens.
         Err(e) if crate::privacy::automatic(&state.config.pii) => {
-            let shown = session.vault().tokenize(&e.0, &state.config.pii.types);
+            let shown = cem_pii::tokenize_shared(&session.vault, &e.0, &state.config.pii.types);
             return Err(super::ToolFailure(shown.text));
         }
         Err(e) => return Err(e),
@@ -107,7 +107,7 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     // Code may have written real personal data to the file: in automatic
     // mode the model sees tokens here too.
     let (content, tokenized) = if crate::privacy::automatic(&state.config.pii) {
-        let t = session.vault().tokenize(&content, &state.config.pii.types);
+        let t = cem_pii::tokenize_shared(&session.vault, &content, &state.config.pii.types);
         let counts = (!t.counts.is_empty()).then(|| crate::privacy::summary(&t.counts));
         (t.text, counts)
     } else {
@@ -127,8 +127,8 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
 pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&["subpath"])?;
     let subpath = args.opt_string("subpath")?.unwrap_or_default();
-    let state = state.clone();
-    let listing = blocking(move || Ok(state.workspace.list(&subpath)?)).await?;
+    let st = state.clone();
+    let listing = blocking(state, move || Ok(st.workspace.list(&subpath)?)).await?;
     let mut answer = success(json!({
         "files": listing.entries,
         "count": listing.entries.len(),

@@ -1,0 +1,134 @@
+"""One tenant's code cannot hurt another: host work done for an execution is bounded by it.
+
+Real binary over HTTP with static per-person tokens (one tenant each), the fault-injection server of
+tests/integration/servers as the upstream, and hostile code that does what an attacker would: loops over
+huge tool results, floods the bridge with requests that are not tool calls, without reading the answers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SDK1_PYTHON, start_http
+from stateless import Stateless, proc_status
+
+FAULT = str(Path(__file__).parent / "servers" / "fault_server.py")
+TOKENS = {"alice": "alice-token-0123456789abcdef", "bob": "bob-token-0123456789abcdef"}
+
+
+def serve(tmp_path: Path, extra: dict | None = None):
+    data = tmp_path / "data"
+    data.mkdir()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"fault": {"command": str(SDK1_PYTHON), "args": [FAULT]}},
+        "auth": {"tokens": TOKENS},
+        **(extra or {}),
+    }))
+    server = start_http(data, config=config)
+    return server, Stateless(server.url, TOKENS["alice"]), Stateless(server.url, TOKENS["bob"])
+
+
+@pytest.fixture
+def hosted(tmp_path: Path):
+    server, alice, bob = serve(tmp_path)
+    yield server, alice, bob
+    server.stop()
+
+
+def test_big_results_are_counted_as_they_arrive_and_none_outlives_the_deadline(hosted):
+    server, alice, _ = hosted
+    # Warm the upstream and the tenant first: what follows measures the execution alone.
+    assert alice.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})["success"]
+    before = proc_status(server.proc.pid)["VmRSS"]
+    code = "n = 0\nwhile True:\n    call_tool('fault.big_text', {'mib': 15})\n    n += 1\n"
+    started = time.monotonic()
+    answer = alice.call("execute_code", {"code": code, "timeout_seconds": 6})
+    took = time.monotonic() - started
+    assert not answer["success"] and "TimeoutError" in answer["error"], answer
+    assert answer["tool_calls"] >= 3, answer
+    # Every result was counted (or estimated) before the answer, none after it: the answer is not held
+    # up by accounting (the build that kept every result and tokenized them afterwards answered 15 to
+    # 20 s late).
+    assert answer["tokens"]["tool_results"] > answer["tool_calls"] * 100_000, answer["tokens"]
+    assert took < 6 + 10, f"the answer came {took - 6:.1f} s after the deadline"
+    # No result is kept: the server's memory is back near where it was (15 MB results, many of them).
+    after = proc_status(server.proc.pid)["VmRSS"]
+    assert after - before < 200_000, f"RSS grew by {(after - before) // 1024} MB"
+
+
+def test_a_bridge_flood_is_bounded_and_another_tenant_is_served(hosted):
+    server, alice, bob = hosted
+    assert alice.call("execute_code", {"code": "result = 1"})["success"]
+    # Bob's code writes tokenize requests of 1 MB straight to the bridge, never reading an answer.
+    flood = """
+send = call_tool.__globals__['_send']
+text = 'mail ana@example.com now ' * 40000
+for i in range(100000):
+    send({"type": "pii", "id": 1000000 + i, "arguments": {"op": "tokenize", "text": text}})
+"""
+    threads_seen: list[int] = []
+    bob_answer: dict = {}
+    bob_took: list[float] = []
+
+    def run_flood():
+        t0 = time.monotonic()
+        bob_answer.update(bob.call("execute_code", {"code": flood, "timeout_seconds": 5}))
+        bob_took.append(time.monotonic() - t0)
+
+    flooder = threading.Thread(target=run_flood)
+    flooder.start()
+    alice_took: list[float] = []
+    while flooder.is_alive():
+        threads_seen.append(proc_status(server.proc.pid)["Threads"])
+        t0 = time.monotonic()
+        ok = alice.call("execute_code", {"code": "result = 6 * 7"})
+        alice_took.append(time.monotonic() - t0)
+        assert ok["success"] and ok["result"] == 42, ok
+        threads_seen.append(proc_status(server.proc.pid)["Threads"])
+        w = alice.call("write_workspace_file", {"filename": "note.txt", "content": "still here"})
+        assert w["success"], w
+    flooder.join()
+    assert not bob_answer["success"] and "TimeoutError" in bob_answer["error"], bob_answer
+    # The code waited (the host stopped reading from it); the host did not queue its requests.
+    assert bob_took[0] < 5 + 10, f"the flood's answer came {bob_took[0] - 5:.1f} s after its deadline"
+    assert max(threads_seen) < 64, f"the server ran {max(threads_seen)} threads"
+    assert alice_took and max(alice_took) < 10, alice_took
+
+
+def test_requests_to_the_host_are_counted_and_capped_per_execution(tmp_path: Path):
+    server, alice, _ = serve(tmp_path, {"sandbox": {"max_host_requests": 5}})
+    try:
+        code = """
+errors = []
+for i in range(6):
+    try:
+        search_tools('sleep', limit=1)
+    except ToolError as e:
+        errors.append(str(e))
+result = errors
+"""
+        answer = alice.call("execute_code", {"code": code})
+        assert answer["success"], answer
+        [refusal] = answer["result"]
+        assert "sandbox.max_host_requests" in refusal and "more than 5" in refusal, refusal
+        # A request over the size bound is refused with the bound; the next one works.
+        big = """
+try:
+    tokenize_pii('x' * (3 << 20))
+    error = None
+except ToolError as e:
+    error = str(e)
+result = {"error": error, "after": tokenize_pii('mail ana@example.com')[0]}
+"""
+        answer = alice.call("execute_code", {"code": big})
+        assert answer["success"], answer
+        assert "at most" in answer["result"]["error"], answer
+        assert answer["result"]["after"] == "mail [EMAIL_1]", answer
+    finally:
+        server.stop()
