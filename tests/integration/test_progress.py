@@ -121,6 +121,41 @@ async def test_a_cancelled_execution_stops_at_once_and_the_next_runs(data_dir: P
                 assert "NameError" in again.content[0].text, "the session's variables went with its interpreter"
 
 
+def test_every_progress_update_is_on_the_wire_before_the_answer(data_dir: Path):
+    # The guarantee itself, read from the raw stdio stream: the final update, sent right before the
+    # result with nothing in between, precedes the answer on the wire, every time.
+    burst = "for i in range(1, 51):\n    report_progress(i, 50, f'step {i}')\nresult = 'done'"
+    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin and proc.stdout
+
+    def send(message: dict) -> None:
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+
+    try:
+        send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for round_ in range(1, 21):
+            send({"jsonrpc": "2.0", "id": round_, "method": "tools/call", "params": {
+                "name": "execute_code", "arguments": {"code": burst}, "_meta": {"progressToken": f"t{round_}"}}})
+            updates = []
+            while True:
+                message = json.loads(proc.stdout.readline())
+                if message.get("method") == "notifications/progress":
+                    assert message["params"]["progressToken"] == f"t{round_}", message
+                    updates.append(message["params"]["progress"])
+                elif message.get("id") == round_:
+                    break
+            assert updates and updates[-1] == 50, f"round {round_}: the answer overtook the final update: {updates}"
+            assert updates == sorted(set(updates)), updates
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_typescript_sdk_sees_progress_and_cancels(data_dir: Path):
     out = subprocess.run(["node", str(CLIENTS / "ts_progress_client.mjs"), str(BIN), str(data_dir)],
                          capture_output=True, text=True, timeout=120, cwd=JS)
@@ -128,7 +163,14 @@ def test_the_typescript_sdk_sees_progress_and_cancels(data_dir: Path):
     seen = json.loads(out.stdout)
     assert seen["result"] == "done"
     updates = [(p["progress"], p.get("total"), p.get("message")) for p in seen["progress"]]
-    assert len(updates) >= 3 and updates[-1] == (5, 5, "step 5"), updates
+    # The final update precedes the answer on the wire (the raw test above checks that every time), and
+    # the server waits a moment after it; but this SDK hands notifications to their handler a turn of
+    # its event loop after answers, so on a loaded machine it can still drop an update read in the same
+    # chunk as the answer (typescript-sdk issue 2580). What it shows must be in order and complete up
+    # to there.
+    assert len(updates) >= 3 and updates[-1][0] >= 4, updates
+    assert [u[0] for u in updates] == sorted({u[0] for u in updates}), updates
+    assert all(u[1] == 5 and u[2] == f"step {int(u[0])}" for u in updates), updates
     assert seen["cancelled"].startswith("rejected"), seen
     assert seen["cancelledAfterMs"] < 5000, seen
     assert seen["beatsBeforeCancel"] > 0 and seen["stillGrowing"] is False, seen

@@ -12,6 +12,12 @@ use tokio::sync::{mpsc, oneshot};
 /// The closest two updates may follow each other (others are dropped;
 /// the next one after the pause goes out).
 const EVERY: Duration = Duration::from_millis(100);
+/// How long after an update the answer waits before it goes. The order on
+/// the wire is already right; this is for clients that handle notifications
+/// a turn of their event loop later than answers (the TypeScript SDK: an
+/// update read in the same chunk as the answer finds its handler gone,
+/// typescript-sdk issue 2580). Only answers right behind an update wait.
+const SETTLE: Duration = Duration::from_millis(25);
 
 enum Message {
     Update(ProgressNotificationParam),
@@ -41,14 +47,19 @@ impl ProgressSink {
     pub fn new(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
         let (queue, mut rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
+            let mut sent: Option<tokio::time::Instant> = None;
             while let Some(message) = rx.recv().await {
                 match message {
-                    Message::Update(update) => {
-                        if let Err(e) = peer.notify_progress(update).await {
-                            tracing::debug!(error = %e, "a progress notification was not delivered");
+                    Message::Update(update) => match peer.notify_progress(update).await {
+                        Ok(()) => sent = Some(tokio::time::Instant::now()),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "a progress notification was not delivered")
                         }
-                    }
+                    },
                     Message::Flush(done) => {
+                        if let Some(at) = sent {
+                            tokio::time::sleep_until(at + SETTLE).await;
+                        }
                         let _ = done.send(());
                     }
                 }
