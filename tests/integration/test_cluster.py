@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import httpx2 as httpx
 import pytest
 
@@ -441,3 +442,29 @@ def test_three_nodes_started_at_the_same_instant_on_an_empty_store_all_come_up(t
                         s.stop()
     finally:
         pg.stop()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_execution_s_files_reach_the_other_nodes(deployment: Deployment):
+    """Code that wrote a file and was then cancelled: its node still pushes the file to the store, so another
+    node serves it, and the execution is in the shared audit trail as cancelled."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    d = deployment
+    code = "open('made-before-cancel.txt', 'w').write('kept')\nimport time\ntime.sleep(60)"
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"},
+                                 timeout=httpx.Timeout(30, read=120)) as http:
+        async with Client(streamable_http_client(d.node_url(0), http_client=http)) as client:
+            with anyio.move_on_after(3):
+                await client.call_tool("execute_code", {"code": code})
+    deadline = time.monotonic() + 20
+    while True:
+        read, _ = rpc(d.node_url(1), "read_workspace_file", {"filename": "made-before-cancel.txt"})
+        if not read.get("isError"):
+            break
+        assert time.monotonic() < deadline, f"the cancelled execution's file never reached node 2: {text(read)}"
+        time.sleep(0.5)
+    assert body(read)["content"] == "kept"
+    outcomes = d.pg.psql("SELECT record->>'outcome' FROM cem_audit WHERE record->>'event' = 'execution'")
+    assert outcomes.split() == ["cancelled"], outcomes

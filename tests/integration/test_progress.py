@@ -228,6 +228,27 @@ async def test_cancelling_an_execution_cancels_its_upstream_call(data_dir: Path,
         assert not result.is_error and "ok from" in result.content[0].text
 
 
+async def test_a_cancelled_execution_is_recorded(data_dir: Path, tmp_path: Path):
+    """The audit log holds a cancelled execution (outcome `cancelled`, the calls it made), and the tenant's only
+    execution slot is free again."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"quotas": {"concurrent_executions": 1}}))
+    params = stdio_params(data_dir)
+    params.args = ["--config", str(config), *params.args]
+    code = "print('started')\n" + HEARTBEAT
+    async with Client(params) as client:
+        await cancel_after(client, {"code": code}, 1.5)
+        await anyio.sleep(1.0)
+        lines = [json.loads(line) for line in (data_dir / "audit" / "audit.jsonl").read_text().splitlines()]
+        executions = [line for line in lines if line["event"] == "execution"]
+        assert [e["outcome"] for e in executions] == ["cancelled"], executions
+        assert executions[0]["ms"] >= 1000 and "cancelled" in executions[0]["error"], executions
+        result = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
+        assert json.loads(result.content[0].text)["result"] == 42, result
+    lines = [json.loads(line) for line in (data_dir / "audit" / "audit.jsonl").read_text().splitlines()]
+    assert [e["outcome"] for e in lines if e["event"] == "execution"] == ["cancelled", "success"]
+
+
 async def test_a_cancelled_execution_stops_over_stateless_http(data_dir: Path):
     """The Python SDK over streamable HTTP in the 2026-07-28 mode: cancelling the call stops the execution."""
     server = start_http(data_dir)

@@ -114,6 +114,19 @@ pub async fn after_call(state: &AppState, session: &Session, name: &str, answer:
     }
 }
 
+/// Stores what a cancelled execution changed (its workspace files, its
+/// session's new tokens): nobody waits for its answer, so a failure is
+/// only logged.
+pub async fn after_cancelled(state: &AppState, session: &Session) {
+    let Some(cluster) = &state.cluster else {
+        return;
+    };
+    let mut answer = Answer::Plain(Ok(Value::Null));
+    if let Err(e) = push(cluster, state, session, "execute_code", &mut answer).await {
+        tracing::error!(error = %e, tenant = %state.tenant, "a cancelled execution's changes were not stored");
+    }
+}
+
 async fn push(
     cluster: &Cluster,
     state: &AppState,

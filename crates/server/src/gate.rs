@@ -94,6 +94,11 @@ pub struct Execution {
 }
 
 impl Execution {
+    /// Tool calls this execution has made so far.
+    pub fn calls(&self) -> u64 {
+        self.counts.lock().map(|c| c.values().sum()).unwrap_or(0)
+    }
+
     pub fn new(
         gate: &Gate,
         caller: Caller,

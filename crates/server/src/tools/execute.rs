@@ -109,7 +109,20 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     let code_bytes = request.code.len();
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
     let before = crate::resources::snapshot(state).await;
+    // Until the answer is in hand, dropping this future (the client
+    // cancelled) leaves the bookkeeping to the guard.
+    let mut unfinished = Unfinished(Some(Bookkeeping {
+        state: state.clone(),
+        session: session.clone(),
+        exec: exec.clone(),
+        code_digest: code_digest.clone(),
+        code_bytes,
+        shared_slot,
+        before: before.clone(),
+        started: std::time::Instant::now(),
+    }));
     let outcome = state.engine.execute(request, Some(bridge)).await;
+    let shared_slot = unfinished.0.take().and_then(|b| b.shared_slot);
     let written = crate::resources::written_since(state, before).await;
     if let (Some(cluster), Some(slot)) = (&state.cluster, shared_slot)
         && let Err(e) = cluster.finish_execution(slot).await
@@ -134,6 +147,53 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         }
         Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
         Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
+    }
+}
+
+/// What an execution's end must record, whoever ends it.
+struct Bookkeeping {
+    state: Arc<AppState>,
+    session: Session,
+    exec: Arc<Execution>,
+    code_digest: String,
+    code_bytes: usize,
+    shared_slot: Option<cem_cluster::ExecutionSlot>,
+    before: Option<std::collections::HashMap<String, (u64, i128)>>,
+    started: std::time::Instant,
+}
+
+/// Records an execution whose request was dropped before it answered (the
+/// client cancelled it, or went away): its audit line (`cancelled`), its
+/// slot on the shared store, the workspace files it wrote (change notices,
+/// pushed to the store) and its session's new tokens. The interpreter was
+/// stopped by the engine's own guard when its future was dropped.
+struct Unfinished(Option<Bookkeeping>);
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(b) = self.0.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let ms = b.started.elapsed().as_millis() as u64;
+            audit_line(
+                &b.state,
+                &b.exec,
+                &b.code_digest,
+                b.code_bytes,
+                ("cancelled", ms, b.exec.calls(), Some("the client cancelled the request".into())),
+            );
+            crate::resources::written_since(&b.state, b.before).await;
+            if let (Some(cluster), Some(slot)) = (&b.state.cluster, b.shared_slot)
+                && let Err(e) = cluster.finish_execution(slot).await
+            {
+                tracing::warn!(error = %e, "a cancelled execution's end was not recorded; its slot frees itself later");
+            }
+            crate::cluster::after_cancelled(&b.state, &b.session).await;
+        });
     }
 }
 
@@ -188,6 +248,23 @@ pub fn audit_execution(
         ),
         Err(e) => ("refused", 0, 0, Some(e.to_string())),
     };
+    audit_line(
+        state,
+        exec,
+        code_digest,
+        code_bytes,
+        (outcome, ms, calls, error),
+    );
+}
+
+/// Writes one execution line: (outcome, ms, tool calls, error).
+fn audit_line(
+    state: &AppState,
+    exec: &Execution,
+    code_digest: &str,
+    code_bytes: usize,
+    (outcome, ms, calls, error): (&str, u64, u64, Option<String>),
+) {
     let error = error.map(|e| {
         e.lines()
             .next()
