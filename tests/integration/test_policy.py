@@ -404,3 +404,50 @@ def test_a_config_naming_a_rule_twice_is_refused(tmp_path: Path):
     checked = run_cli("--config", str(config), "tools", "list", env={"CODE_EXECUTION_MCP_DATA_DIR": str(tmp_path / "d")})
     assert checked.returncode != 0, checked.stdout
     assert '"memory.create_entities" appears twice in one object' in checked.stderr and "line 3" in checked.stderr, checked.stderr
+
+
+class SlowHuman(Human):
+    """Answers after `seconds`, noting how much a heartbeat file grew while the question was open."""
+
+    def __init__(self, decision: str, beat: Path, seconds: float):
+        super().__init__(decision)
+        self.beat, self.seconds, self.grew = beat, seconds, None
+
+    async def __call__(self, context, params):
+        import anyio
+        size = lambda: self.beat.stat().st_size if self.beat.exists() else 0  # noqa: E731
+        await anyio.sleep(0.5)  # the freeze is in place well before a person reads the question
+        before = size()
+        await anyio.sleep(self.seconds)
+        self.grew = size() - before
+        return await super().__call__(context, params)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_approval_wait_freezes_the_whole_execution_and_only_that_time_is_given_back(
+        data_dir: Path, tmp_path: Path, mode: str):
+    # A thread keeps writing while the main thread waits for a person. Before, the wait extended every thread's
+    # deadline (a 3 s execution ran 24.7 s, its threads working all along). Now no thread runs while the question is
+    # open, and afterwards the execution has what was left of its 3 s.
+    human = SlowHuman("allow_once", data_dir / "workspace" / "beat.txt", 4)
+    code = """
+import threading, time
+def beat():
+    while True:
+        with open('beat.txt', 'a') as f:
+            f.write('x')
+        time.sleep(0.02)
+threading.Thread(target=beat, daemon=True).start()
+time.sleep(0.5)
+call_tool("memory.create_entities", {"entities": [{"name": "ada", "entityType": "person", "observations": []}]})
+time.sleep(30)
+result = "ran past its deadline"
+"""
+    async with client(data_dir, write_config(tmp_path), human, mode) as c:
+        answer = await c.call_tool("execute_code", {"code": code, "timeout_seconds": 3})
+    body = answer.structured_content
+    assert not body["success"] and "TimeoutError" in body["error"], body
+    assert human.grew == 0, f"the heartbeat grew by {human.grew} bytes while the question was open"
+    assert graph(tmp_path) == ["ada"], "the approved call went through"
+    # 3 s of running, plus the time frozen (about 4.5 s): nowhere near the 30 s the code asked for.
+    assert 7_000 <= body["execution_time_ms"] < 15_000, body

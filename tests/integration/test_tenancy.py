@@ -132,3 +132,30 @@ result = {"error": error, "after": tokenize_pii('mail ana@example.com')[0]}
         assert answer["result"]["after"] == "mail [EMAIL_1]", answer
     finally:
         server.stop()
+
+
+def test_a_sessions_threads_do_not_run_between_its_calls(hosted):
+    server, alice, _ = hosted
+    start = """
+import threading, time, os
+def beat():
+    while True:
+        with open('beat.txt', 'a') as f:
+            f.write('x')
+        time.sleep(0.02)
+threading.Thread(target=beat, daemon=True).start()
+time.sleep(0.3)
+result = os.path.getsize('beat.txt')
+"""
+    first = alice.call("execute_code", {"code": start, "session_id": "s"})
+    assert first["success"] and first["result"] > 0, first
+    beat = server.log.parent / "data" / "tenants"
+    [path] = list(beat.glob("*/workspace/beat.txt"))
+    time.sleep(0.3)  # the last write of the call lands
+    settled = path.stat().st_size
+    time.sleep(1.5)
+    assert path.stat().st_size == settled, "the session's thread ran between calls"
+    # The next call resumes it: the thread writes again while the call runs.
+    again = alice.call("execute_code", {"code": "import os, time\nn = os.path.getsize('beat.txt')\ntime.sleep(0.5)\n"
+                                                 "result = os.path.getsize('beat.txt') - n", "session_id": "s"})
+    assert again["success"] and again["result"] > 0, again

@@ -35,10 +35,11 @@ pub trait Bridge: Send + Sync {
     fn progress(&self, update: Value) {
         let _ = update;
     }
-    /// Time this execution has spent waiting for a human to approve a call
-    /// (the wait under way included). The execution's timeout is extended
-    /// by it: the code is not running while a person reads the question.
-    fn paused(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
+    /// Whether the execution is waiting for a person to approve a call
+    /// (true while a question is open). The engine freezes the sandbox for
+    /// that time (no thread of it runs) and extends the deadline by the
+    /// time it was frozen; where it cannot freeze, the wait counts.
+    fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
     }
 }

@@ -546,7 +546,10 @@ impl Engine {
         // call was cancelled), the interpreter is dropped with it, which
         // kills its process, and the session is left without one.
         let mut interp = match session.interp.take() {
-            Some(interp) => interp,
+            Some(interp) => {
+                interp.resume();
+                interp
+            }
             None => self.start_interp(ready, memory_mb, true).await?,
         };
         session.interrupted = true;
@@ -563,6 +566,9 @@ impl Engine {
         session.interrupted = false;
         let mut answer = match outcome {
             Ok(msg) => {
+                // Between calls the session's threads do not run: they would
+                // take CPU outside any execution's limits and slots.
+                interp.pause();
                 session.interp = Some(interp);
                 ExecAnswer::from_runtime(&msg, self.options.sandbox.max_output_chars as usize)
             }

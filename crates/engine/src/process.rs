@@ -583,6 +583,24 @@ impl Interp {
         }
     }
 
+    /// Stops every thread of the interpreter until [`Interp::resume`] (a
+    /// session between calls). Without a cgroup nothing can be stopped as
+    /// one, and the threads go on.
+    pub fn pause(&self) {
+        if let Some(cgroup) = &self.cgroup
+            && !cgroup.freeze()
+        {
+            tracing::warn!("a session's interpreter could not be frozen between calls");
+        }
+    }
+
+    /// Lets a paused interpreter run again.
+    pub fn resume(&self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.thaw();
+        }
+    }
+
     /// Memory the interpreter uses now (its cgroup's charge), if known.
     pub fn memory_bytes(&self) -> Option<u64> {
         self.cgroup.as_ref().and_then(Cgroup::memory_used)
@@ -641,9 +659,19 @@ impl Interp {
         // host_work). Each answer says whether it was a host request.
         let mut calls: FuturesUnordered<BoxFuture<(Vec<u8>, bool)>> = FuturesUnordered::new();
         let mut host_in_flight = 0usize;
+        // While a person is asked to approve a call, the sandbox is frozen
+        // (no thread of it runs) and its clock stops: the deadline moves by
+        // the time it was frozen, and by nothing where it could not be.
+        let mut asking = bridge.and_then(|b| b.asking());
+        let mut frozen_at: Option<tokio::time::Instant> = None;
+        let mut frozen_for = Duration::ZERO;
+        // Answers that came while frozen, written once thawed (a frozen
+        // reader would hold the write, and the exchange with it).
+        let mut held: Vec<Vec<u8>> = Vec::new();
         enum Step {
             Message(Option<Result<Value, String>>),
             Answer(Vec<u8>, bool),
+            Asking(bool),
             TimedOut,
         }
         loop {
@@ -654,14 +682,32 @@ impl Interp {
             let step = tokio::select! {
                 m = self.messages.next(), if room => Step::Message(m),
                 Some((a, host)) = calls.next(), if !calls.is_empty() => Step::Answer(a, host),
-                () = tokio::time::sleep_until(deadline) => Step::TimedOut,
+                changed = watch_changed(&mut asking), if asking.is_some() => Step::Asking(changed),
+                () = tokio::time::sleep_until(deadline), if frozen_at.is_none() => Step::TimedOut,
             };
             match step {
+                Step::Asking(true) if frozen_at.is_none() => {
+                    if self.cgroup.as_ref().is_some_and(Cgroup::freeze) {
+                        frozen_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                Step::Asking(true) => {}
+                Step::Asking(false) => {
+                    if let Some(at) = frozen_at.take() {
+                        frozen_for += at.elapsed();
+                        if let Some(cgroup) = &self.cgroup {
+                            cgroup.thaw();
+                        }
+                        deadline = started + timeout + frozen_for + stats.install_wait();
+                        for line in std::mem::take(&mut held) {
+                            self.send_line(line, deadline).await?;
+                        }
+                    }
+                }
                 Step::TimedOut => {
-                    // Waiting for a person's approval, or for the host to
-                    // install packages, does not count.
-                    let paused = bridge.map(|b| b.paused()).unwrap_or_default();
-                    let extended = started + timeout + paused + stats.install_wait();
+                    // Time frozen for a person's approval, or spent waiting
+                    // for the host to install packages, does not count.
+                    let extended = started + timeout + frozen_for + stats.install_wait();
                     if extended > tokio::time::Instant::now() {
                         deadline = extended;
                         continue;
@@ -671,7 +717,25 @@ impl Interp {
                 }
                 Step::Answer(line, host) => {
                     host_in_flight -= usize::from(host);
-                    self.send_line(line, deadline).await?
+                    // The answer to an approved call comes after the question
+                    // closed: thaw first (a frozen reader would hold the
+                    // write), even if the change was not seen yet.
+                    let still_asking = asking.as_ref().is_some_and(|rx| *rx.borrow());
+                    if !still_asking && let Some(at) = frozen_at.take() {
+                        frozen_for += at.elapsed();
+                        if let Some(cgroup) = &self.cgroup {
+                            cgroup.thaw();
+                        }
+                        deadline = started + timeout + frozen_for + stats.install_wait();
+                        for line in std::mem::take(&mut held) {
+                            self.send_line(line, deadline).await?;
+                        }
+                    }
+                    if frozen_at.is_some() {
+                        held.push(line);
+                    } else {
+                        self.send_line(line, deadline).await?;
+                    }
                 }
                 Step::Message(None) => return Err(self.died().await),
                 Step::Message(Some(Err(problem))) => {
@@ -804,6 +868,10 @@ impl Interp {
         if let Some(w) = self.watchdog.take() {
             w.abort();
         }
+        // A frozen process takes its SIGKILL only once thawed.
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.thaw();
+        }
         self.child.start_kill();
         let _ = self.child.wait().await;
     }
@@ -927,6 +995,21 @@ fn relay(
             Err(e) => failed(&id, &e.server, &e.tool, e.message),
         }
     })
+}
+
+/// The next value of a watched flag; a closed channel reads as false and
+/// is forgotten (its sender, the execution's pause clock, is gone).
+async fn watch_changed(watch: &mut Option<tokio::sync::watch::Receiver<bool>>) -> bool {
+    let Some(rx) = watch.as_mut() else {
+        return std::future::pending().await;
+    };
+    match rx.changed().await {
+        Ok(()) => *rx.borrow_and_update(),
+        Err(_) => {
+            *watch = None;
+            false
+        }
+    }
 }
 
 /// Tags an answer with whether it answers a host request.

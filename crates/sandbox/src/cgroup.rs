@@ -8,6 +8,21 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct Cgroup {
     dirs: Vec<PathBuf>,
+    /// How the sandbox is paused (an approval wait, a session between
+    /// calls): the cgroup freezer where there is one.
+    freezer: Freezer,
+}
+
+/// How a sandbox's processes are stopped and resumed as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Freezer {
+    /// cgroup v2: `cgroup.freeze` in the sandbox's own directory.
+    V2(PathBuf),
+    /// cgroup v1: the freezer controller's directory (in `dirs` too).
+    V1(PathBuf),
+    /// No freezer: SIGSTOP and SIGCONT to every process of the sandbox's
+    /// pids cgroup, swept until no new one appears.
+    Signals(PathBuf),
 }
 
 pub(crate) const PARENT: &str = "code-execution-mcp";
@@ -29,6 +44,7 @@ impl Cgroup {
             make_dir(&dir)?;
             let cg = Cgroup {
                 dirs: vec![dir.clone()],
+                freezer: Freezer::V2(dir.join("cgroup.freeze")),
             };
             write(&dir.join("memory.max"), &bytes)?;
             let _ = fs::write(dir.join("memory.swap.max"), "0");
@@ -44,9 +60,18 @@ impl Cgroup {
         make_dir(&mem_dir)?;
         let mut cg = Cgroup {
             dirs: vec![mem_dir.clone()],
+            freezer: Freezer::Signals(pid_dir.join("cgroup.procs")),
         };
         make_dir(&pid_dir)?;
         cg.dirs.push(pid_dir.clone());
+        let freezer_root = root.join("freezer");
+        if freezer_root.join("freezer.state").exists() || freezer_root.is_dir() {
+            let dir = freezer_root.join(PARENT).join(name);
+            if make_dir(&dir).is_ok() && dir.join("freezer.state").exists() {
+                cg.dirs.push(dir.clone());
+                cg.freezer = Freezer::V1(dir);
+            }
+        }
         write(&mem_dir.join("memory.limit_in_bytes"), &bytes)?;
         let _ = fs::write(mem_dir.join("memory.memsw.limit_in_bytes"), &bytes);
         write(&pid_dir.join("pids.max"), &pids.to_string())?;
@@ -56,7 +81,7 @@ impl Cgroup {
     /// Removes empty sandbox cgroups left by a server that was killed.
     /// (rmdir refuses a cgroup that still holds processes.)
     pub fn sweep_stale() {
-        for controller in ["memory", "pids", ""] {
+        for controller in ["memory", "pids", "freezer", ""] {
             let parent = Path::new("/sys/fs/cgroup").join(controller).join(PARENT);
             if let Ok(entries) = fs::read_dir(&parent) {
                 for e in entries.flatten() {
@@ -70,6 +95,59 @@ impl Cgroup {
 
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
+    }
+
+    /// Stops every process of the sandbox until [`Cgroup::thaw`]: they get
+    /// no CPU and make no system calls (a thread cannot go on working while
+    /// another waits for a person's approval, nor between a session's
+    /// calls). True when the sandbox is stopped.
+    pub fn freeze(&self) -> bool {
+        match &self.freezer {
+            Freezer::V2(file) => fs::write(file, "1").is_ok(),
+            Freezer::V1(dir) => fs::write(dir.join("freezer.state"), "FROZEN").is_ok(),
+            Freezer::Signals(procs) => {
+                // A process forked between two reads is caught by the next;
+                // stopped processes fork no more, so the sweep ends.
+                let mut stopped = std::collections::HashSet::new();
+                for _ in 0..64 {
+                    let pids = pids_in(procs);
+                    let fresh: Vec<i32> = pids.into_iter().filter(|p| stopped.insert(*p)).collect();
+                    if fresh.is_empty() {
+                        return true;
+                    }
+                    for pid in fresh {
+                        signal(pid, nix::sys::signal::Signal::SIGSTOP);
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Resumes what [`Cgroup::freeze`] stopped (harmless when nothing was).
+    pub fn thaw(&self) {
+        match &self.freezer {
+            Freezer::V2(file) => {
+                let _ = fs::write(file, "0");
+            }
+            Freezer::V1(dir) => {
+                let _ = fs::write(dir.join("freezer.state"), "THAWED");
+            }
+            Freezer::Signals(procs) => {
+                for pid in pids_in(procs) {
+                    signal(pid, nix::sys::signal::Signal::SIGCONT);
+                }
+            }
+        }
+    }
+
+    /// What pauses this sandbox, in words (for doctor and the README).
+    pub fn freezer_kind(&self) -> &'static str {
+        match self.freezer {
+            Freezer::V2(_) => "cgroup v2 freezer",
+            Freezer::V1(_) => "cgroup v1 freezer",
+            Freezer::Signals(_) => "SIGSTOP to every process of its pids cgroup",
+        }
     }
 
     /// Memory charged to the cgroup now (v1 usage_in_bytes / v2 current).
@@ -98,6 +176,8 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
+        // A frozen process takes its SIGKILL only once thawed.
+        self.thaw();
         for dir in &self.dirs {
             // Anything still inside (a leftover of a killed tree) goes first.
             if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
@@ -128,10 +208,55 @@ fn v2_base(root: &Path) -> Result<PathBuf, String> {
     Ok(root.join(rel.trim_start_matches('/')))
 }
 
+/// The processes listed in a `cgroup.procs`.
+fn pids_in(procs: &Path) -> Vec<i32> {
+    fs::read_to_string(procs)
+        .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn signal(pid: i32, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+}
+
 fn make_dir(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 fn write(path: &Path, value: &str) -> Result<(), String> {
     fs::write(path, value).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(pid: u32) -> Option<char> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn without_a_freezer_every_process_is_stopped_and_resumed_by_signals() {
+        let Ok(mut child) = std::process::Command::new("sleep").arg("30").spawn() else {
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("cem-freeze-{}", std::process::id()));
+        let _ = fs::create_dir_all(&dir);
+        let procs = dir.join("cgroup.procs");
+        let _ = fs::write(&procs, format!("{}\n", child.id()));
+        let cg = Cgroup {
+            dirs: Vec::new(),
+            freezer: Freezer::Signals(procs),
+        };
+        assert!(cg.freeze());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(state(child.id()), Some('T'));
+        cg.thaw();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_ne!(state(child.id()), Some('T'));
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

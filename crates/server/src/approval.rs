@@ -231,10 +231,22 @@ impl Approver for InputRequiredApprover {
     }
 }
 
-/// Time spent waiting for answers, the wait under way included.
-#[derive(Debug, Default)]
+/// Time spent waiting for answers, the wait under way included, and
+/// whether a wait is under way (watched by the engine, which freezes the
+/// sandbox meanwhile).
+#[derive(Debug)]
 pub struct PauseClock {
     inner: Mutex<(Duration, usize, Option<Instant>)>,
+    asking: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for PauseClock {
+    fn default() -> Self {
+        Self {
+            inner: Mutex::default(),
+            asking: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl PauseClock {
@@ -242,6 +254,7 @@ impl PauseClock {
         if let Ok(mut c) = self.inner.lock() {
             if c.1 == 0 {
                 c.2 = Some(Instant::now());
+                self.asking.send_replace(true);
             }
             c.1 += 1;
         }
@@ -254,8 +267,14 @@ impl PauseClock {
                 && let Some(since) = c.2.take()
             {
                 c.0 += since.elapsed();
+                self.asking.send_replace(false);
             }
         }
+    }
+
+    /// True while a question is open.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.asking.subscribe()
     }
 
     pub fn total(&self) -> Duration {

@@ -47,8 +47,8 @@ impl Bridge for ToolBridge {
         Box::pin(async move { call(&state, &session, &exec, &tool, arguments).await })
     }
 
-    fn paused(&self) -> std::time::Duration {
-        self.exec.paused.total()
+    fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        Some(self.exec.paused.watch())
     }
 
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
