@@ -159,3 +159,42 @@ result = os.path.getsize('beat.txt')
     again = alice.call("execute_code", {"code": "import os, time\nn = os.path.getsize('beat.txt')\ntime.sleep(0.5)\n"
                                                  "result = os.path.getsize('beat.txt') - n", "session_id": "s"})
     assert again["success"] and again["result"] > 0, again
+
+
+def cpu_group(pid: int) -> Path | None:
+    """The v1 cpu cgroup directory of a process, where the host has one."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+    return None
+
+
+def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted):
+    server, alice, bob = hosted
+    group = cpu_group(server.proc.pid)
+    if group is None or not (group / "cpu.shares").exists():
+        pytest.skip("no cgroup v1 cpu controller here")
+    tenants = group / "code-execution-mcp" / "tenants"
+    seen: dict[str, list[int]] = {}
+
+    def spin(who: Stateless, name: str):
+        # Four processes busy at once: together they weigh what one tenant weighs.
+        code = ("import multiprocessing, time\n"
+                "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 3: pass\n"
+                "ps = [multiprocessing.Process(target=burn) for _ in range(4)]\n"
+                "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
+        seen[name] = [who.call("execute_code", {"code": code})]
+
+    threads = [threading.Thread(target=spin, args=(t, n)) for t, n in ((alice, "alice"), (bob, "bob"))]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    members = {n: (tenants / f"token-{n}" / "cgroup.procs").read_text().split() for n in ("alice", "bob")}
+    shares = {n: (tenants / f"token-{n}" / "cpu.shares").read_text().strip() for n in ("alice", "bob")}
+    for t in threads:
+        t.join()
+    assert all(seen[n][0]["success"] for n in seen), seen
+    assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
+    assert not set(members["alice"]) & set(members["bob"]), members
+    assert shares == {"alice": "1024", "bob": "1024"}, shares

@@ -705,6 +705,18 @@ impl Engine {
             Err(e) if e.is_cancelled() => return None,
             Err(e) => Err(format!("the zygote's start task failed: {e}")),
         };
+        // Each tenant's running sandboxes share one cpu group of equal
+        // weight: a tenant with a fork bomb gets no more CPU than one with
+        // a single execution.
+        let tenant = self.options.tenant.clone();
+        let started = started.map(|z| match CpuPriority::get().map(|c| c.tenant(&tenant)) {
+            Ok(Ok(procs)) => z.for_tenant(procs),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, tenant = %tenant, "sandboxes of this tenant run in the server's cpu group");
+                z
+            }
+            Err(_) => z,
+        });
         match started {
             Ok(z) => {
                 let z = Arc::new(z);

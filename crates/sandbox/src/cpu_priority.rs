@@ -47,6 +47,10 @@ pub struct CpuPriority {
 /// Back to back, 2, 16 and 64 measured alike within the machine's drift.
 pub const BACKGROUND_SHARES: u32 = 16;
 
+/// `cpu.shares` of each tenant's group: the kernel's default, the same
+/// for every tenant.
+pub const TENANT_SHARES: u32 = 1024;
+
 impl CpuPriority {
     /// The server's cpu priority groups, made once per process; Err says
     /// why there are none (and so why preparation runs at full priority).
@@ -115,6 +119,28 @@ impl CpuPriority {
     pub fn holds(&self, pid: u32) -> bool {
         fs::read_to_string(&self.background)
             .is_ok_and(|procs| procs.lines().any(|l| l.trim() == pid.to_string()))
+    }
+
+    /// The cpu group of one tenant (`cgroup.procs`), made on first use:
+    /// a running sandbox goes there rather than to the server's own group,
+    /// so tenants share the CPU by equal weight (`cpu.shares` 1024 each)
+    /// however many processes or executions each runs. `tenant` is a safe
+    /// directory name (a tenant id).
+    pub fn tenant(&self, tenant: &str) -> Result<PathBuf, String> {
+        if tenant.is_empty() || tenant.contains(['/', '\\']) || tenant.starts_with('.') {
+            return Err(format!("unusable tenant id {tenant:?}"));
+        }
+        let dir = self
+            .background
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("the background group has no parent")?
+            .join("tenants")
+            .join(tenant);
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        fs::write(dir.join("cpu.shares"), TENANT_SHARES.to_string())
+            .map_err(|e| format!("cannot set {}/cpu.shares: {e}", dir.display()))?;
+        Ok(dir.join("cgroup.procs"))
     }
 
     /// Moves process `pid` to the server's own cpu cgroup (full priority).
