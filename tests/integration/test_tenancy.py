@@ -198,3 +198,51 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted)
     assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
     assert not set(members["alice"]) & set(members["bob"]), members
     assert shares == {"alice": "1024", "bob": "1024"}, shares
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc's parent links)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def test_an_idle_tenant_gives_its_sandboxes_back_and_comes_back_warm(tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"auth": {"tokens": TOKENS}, "sandbox": {"tenant_idle_seconds": 2}}))
+    server = start_http(data, config=config)
+    alice = Stateless(server.url, TOKENS["alice"])
+    try:
+        assert alice.call("execute_code", {"code": "x = 1", "session_id": "s"})["success"]
+        assert alice.call("execute_code", {"code": "result = 1"})["success"]
+        time.sleep(0.5)
+        warm = len(descendants(server.proc.pid))
+        assert warm >= 3, f"a warm pool, a zygote and a session: {warm} processes"
+        deadline = time.monotonic() + 30
+        while descendants(server.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert descendants(server.proc.pid) == [], "idle tenants kept their processes"
+        # The next request starts them again; the session says its interpreter ended.
+        again = alice.call("execute_code", {"code": "result = 2"})
+        assert again["success"] and again["result"] == 2, again
+        session = alice.call("execute_code", {"code": "result = 'x' in globals()", "session_id": "s"})
+        assert session["success"] and session["result"] is False, session
+        assert "idle" in session.get("note", ""), session
+        time.sleep(1)
+        assert len(descendants(server.proc.pid)) >= 2, "the pool is warm again"
+    finally:
+        server.stop()

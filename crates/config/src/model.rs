@@ -157,6 +157,9 @@ pub struct SandboxConfig {
     /// Requests to the host that are not tool calls (search, PII, skills,
     /// wrappers) one execution may make.
     pub max_host_requests: u64,
+    /// Idle time after which a tenant's warm pool, zygote and interpreter
+    /// sessions are released (its next request starts them again).
+    pub tenant_idle_seconds: u64,
     /// Executions allowed to run at once (others wait their turn).
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm. Unset: [`POOL_FORKED`] when
@@ -229,6 +232,7 @@ impl Default for SandboxConfig {
             max_concurrent: 8,
             max_tool_calls: 1000,
             max_host_requests: 1000,
+            tenant_idle_seconds: 600,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: None,
             zygote: true,

@@ -420,6 +420,11 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 1_000_000, "calls")
                         .unwrap_or(s.max_tool_calls)
                 }
+                "tenant_idle_seconds" => {
+                    s.tenant_idle_seconds = self
+                        .positive(&key, v, 1, 7 * 86_400, "seconds")
+                        .unwrap_or(s.tenant_idle_seconds)
+                }
                 "max_host_requests" => {
                     s.max_host_requests = self
                         .positive(&key, v, 1, 1_000_000, "requests")
@@ -1134,6 +1139,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_concurrent",
     "max_tool_calls",
     "max_host_requests",
+    "tenant_idle_seconds",
     "python",
     "pool_size",
     "zygote",

@@ -138,6 +138,21 @@ pub struct Engine {
     /// Bounds executions running at once: memory and CPU of the host are
     /// shared by every sandbox.
     running: Arc<tokio::sync::Semaphore>,
+    /// Released for idleness (`sandbox.tenant_idle_seconds`): no pool, no
+    /// zygote, no sessions until the tenant's next request.
+    parked: std::sync::atomic::AtomicBool,
+    /// When the tenant last asked for anything, and its executions running.
+    last_active: std::sync::Mutex<Instant>,
+    active: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts an execution as running for as long as it lives.
+struct Active<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Engine {
@@ -156,6 +171,9 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| SessionTable::new(options.sandbox.max_sessions as usize)),
             executions: std::sync::atomic::AtomicU64::new(0),
+            parked: std::sync::atomic::AtomicBool::new(false),
+            last_active: std::sync::Mutex::new(Instant::now()),
+            active: std::sync::atomic::AtomicUsize::new(0),
             running: options.running.clone().unwrap_or_else(|| {
                 Arc::new(tokio::sync::Semaphore::new(
                     options.sandbox.max_concurrent as usize,
@@ -183,8 +201,14 @@ impl Engine {
             }
         });
         // Check often enough that a session ends close to its idle limit.
-        let every =
-            Duration::from_secs((self.options.sandbox.session_idle_seconds / 2).clamp(1, 15));
+        let sandbox = &self.options.sandbox;
+        let every = Duration::from_secs(
+            (sandbox
+                .session_idle_seconds
+                .min(sandbox.tenant_idle_seconds)
+                / 2)
+            .clamp(1, 15),
+        );
         let engine = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
@@ -193,8 +217,56 @@ impl Engine {
                     return;
                 };
                 engine.reap_idle_sessions().await;
+                engine.release_if_idle().await;
             }
         });
+    }
+
+    /// The tenant asked for something: an engine released for idleness
+    /// starts refilling its pool (its zygote and sessions start on use).
+    pub fn touch(&self) {
+        if let Ok(mut at) = self.last_active.lock() {
+            *at = Instant::now();
+        }
+        if self.parked.swap(false, Ordering::SeqCst) {
+            tracing::info!(tenant = %self.options.tenant, "an idle tenant is back; warming its sandboxes");
+            self.refill.notify_one();
+        }
+    }
+
+    /// Whether the engine gave its sandboxes back for idleness.
+    pub fn parked(&self) -> bool {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    /// Gives back the pool, the zygote and the interpreter sessions of a
+    /// tenant idle for `sandbox.tenant_idle_seconds` with nothing running:
+    /// a server with hundreds of principals keeps processes only for the
+    /// active ones. The tenant's next request starts them again; a
+    /// session's next call says its interpreter ended.
+    async fn release_if_idle(&self) {
+        let idle = Duration::from_secs(self.options.sandbox.tenant_idle_seconds);
+        let quiet = self
+            .last_active
+            .lock()
+            .map(|at| at.elapsed() >= idle)
+            .unwrap_or(false);
+        if !quiet || self.active.load(Ordering::SeqCst) > 0 || self.parked() {
+            return;
+        }
+        self.parked.store(true, Ordering::SeqCst);
+        tracing::info!(tenant = %self.options.tenant, "tenant idle; releasing its sandboxes");
+        for interp in self.pool.lock().await.drain(..) {
+            interp.retire().await;
+        }
+        self.zygote.lock().await.0 = ZygoteSlot::NotYet;
+        for session in self
+            .sessions
+            .expire(&self.options.tenant, Duration::ZERO)
+            .await
+        {
+            sessions::end(&session).await;
+        }
     }
 
     async fn prepare(&self) -> Result<&Ready, EngineError> {
@@ -319,6 +391,9 @@ impl Engine {
         request: ExecRequest,
         bridge: Option<Arc<dyn Bridge>>,
     ) -> Result<ExecAnswer, EngineError> {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let _active = Active(&self.active);
+        self.touch();
         let cfg = &self.options.sandbox;
         let timeout_s = request.timeout_seconds.unwrap_or(cfg.timeout_seconds);
         if !(1..=cfg.max_timeout_seconds).contains(&timeout_s) {
@@ -782,6 +857,9 @@ impl Engine {
     /// How many ready interpreters the pool keeps: `sandbox.pool_size`, or
     /// by default more when they are forked (cheap) than when cold.
     async fn pool_target(&self, ready: &Ready) -> u32 {
+        if self.parked() {
+            return 0;
+        }
         let forked = ready.zygote_off.is_none()
             && !matches!(&self.zygote.lock().await.0, ZygoteSlot::Off(_, retry) if Instant::now() < *retry);
         self.options
@@ -850,6 +928,11 @@ impl Engine {
                     // waits (no CPU), so it waits at full priority: an
                     // execution that takes it runs at once, with no move (a
                     // move can block for milliseconds) in its way.
+                    if self.parked() {
+                        // Released while it started: not kept.
+                        interp.retire().await;
+                        continue;
+                    }
                     interp.to_foreground().await;
                     self.pool.lock().await.push(interp);
                 }

@@ -163,6 +163,8 @@ impl McpHandler {
         let state = self.tenants.get(&principal).map_err(|e| {
             ErrorData::internal_error(format!("cannot open your tenant: {e}"), None)
         })?;
+        // A tenant released for idleness warms up again on any request.
+        state.engine.touch();
         let bound = self.bound.get_or_init(|| state.clone());
         if bound.tenant != state.tenant {
             return Err(ErrorData::invalid_request(
