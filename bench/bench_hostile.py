@@ -1,0 +1,300 @@
+"""Ten tenants on one server, two of them hostile: does the hostile code hurt the others?
+
+    /usr/bin/python3 bench/bench_hostile.py target/release/code-execution-mcp [--minutes 10] [--baseline-minutes 3]
+
+One server over HTTP with ten static tokens (one tenant each) and the fault-injection upstream of the integration
+tests (its `big_text` returns megabytes). Two phases, one run:
+
+1. baseline: the eight ordinary tenants alone for --baseline-minutes;
+2. hostile: the same eight, plus two hostile tenants for --minutes, each running two attack loops at once:
+   15 MB tool results in a loop, a flood of 1 MB PII requests written straight to the bridge without reading the
+   answers, a fork bomb, a CPU bomb of 16 processes, filling the disk, and idle sessions whose threads spin.
+
+An ordinary tenant sends one request at a time (half a second apart): small computations, a tool call from
+code, workspace writes and reads, search_tools, tokenize_pii from code. Its latency and errors are recorded per
+phase. The server's RSS is sampled every second, from its start to 30 s after the hostile phase. Prints one
+JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, errors, RSS at start, peak, final,
+and how many attacks ran and how they ended.
+
+Everything stays on this machine (127.0.0.1); every loop is bounded by the phase's end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAULT = REPO / "tests" / "integration" / "servers" / "fault_server.py"
+SDK1 = Path(os.environ.get("CEM_SDK1_PYTHON", REPO / ".test-env" / "sdk1" / "bin" / "python"))
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "soak", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+ORDINARY = [f"user{i}" for i in range(8)]
+HOSTILE = ["mallory", "trudy"]
+
+
+def token(name: str) -> str:
+    return f"{name}-soak-token-0123456789abcdef"
+
+
+class Tenant:
+    """One person's keep-alive connection sending stateless tool calls."""
+
+    def __init__(self, port: int, name: str):
+        self.port, self.name = port, name
+        self.conn: http.client.HTTPConnection | None = None
+
+    def call(self, tool: str, args: dict, timeout: float = 180) -> dict:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                           "params": {"name": tool, "arguments": args, "_meta": META}})
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                   "Authorization": f"Bearer {token(self.name)}", "MCP-Protocol-Version": "2026-07-28",
+                   "Mcp-Method": "tools/call", "Mcp-Name": tool}
+        for attempt in range(2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+            try:
+                self.conn.request("POST", "/mcp", body, headers)
+                r = self.conn.getresponse()
+                text = r.read().decode()
+                break
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt:
+                    raise
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {text[:300]}")
+        if r.getheader("content-type", "").startswith("text/event-stream"):
+            messages = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
+            message = [m for m in messages if "id" in m][-1]
+        else:
+            message = json.loads(text)
+        if "error" in message:
+            raise RuntimeError(f"JSON-RPC error {message['error']}")
+        result = message["result"]
+        if "structuredContent" in result:
+            return result["structuredContent"]
+        content = "".join(c.get("text", "") for c in result.get("content", []))
+        try:
+            return json.loads(content)
+        except ValueError:
+            return {"success": not result.get("isError"), "text": content}
+
+
+# --- what ordinary tenants do ----------------------------------------------------------------------------------
+
+def ordinary_steps(i: int) -> list[tuple[str, dict, callable]]:
+    return [
+        ("execute_code", {"code": "result = sum(i * i for i in range(20000))"},
+         lambda a: a.get("success") and a.get("result") == sum(i * i for i in range(20000))),
+        ("execute_code", {"code": "result = call_tool('fault.ok', {})"},
+         lambda a: a.get("success") and "ok from" in json.dumps(a.get("result"))),
+        ("write_workspace_file", {"filename": f"notes/{i}.txt", "content": "x" * 4000},
+         lambda a: a.get("success")),
+        ("read_workspace_file", {"filename": f"notes/{i}.txt"},
+         lambda a: a.get("success") and len(a.get("content", "")) == 4000),
+        ("search_tools", {"query": "sleep for a while", "limit": 3},
+         lambda a: a.get("success", True) and "fault" in json.dumps(a)),
+        ("execute_code", {"code": "result = tokenize_pii('write to ana@example.com')[0]"},
+         lambda a: a.get("success") and "[EMAIL_" in a.get("result", "")),
+    ]
+
+
+def ordinary(port: int, name: str, until: float, out: dict, phase: str, stop: threading.Event) -> None:
+    t = Tenant(port, name)
+    steps = ordinary_steps(ORDINARY.index(name))
+    k = 0
+    while time.monotonic() < until and not stop.is_set():
+        tool, args, ok = steps[k % len(steps)]
+        k += 1
+        started = time.monotonic()
+        try:
+            answer = t.call(tool, args)
+            good = bool(ok(answer))
+            why = None if good else json.dumps(answer)[:300]
+        except Exception as e:  # noqa: BLE001 - an error of any kind is counted and shown
+            good, why = False, str(e)[:300]
+        took = time.monotonic() - started
+        with LOCK:
+            out.setdefault(phase, {"latencies": [], "errors": [], "by_tool": {}})
+            out[phase]["latencies"].append(took)
+            out[phase]["by_tool"].setdefault(tool, []).append(took)
+            if not good:
+                out[phase]["errors"].append(f"{name} {tool}: {why}")
+        time.sleep(0.5)
+
+
+# --- what hostile tenants do -----------------------------------------------------------------------------------
+
+ATTACKS = {
+    "big_results": ("n = 0\nwhile True:\n    call_tool('fault.big_text', {'mib': 15})\n    n += 1\n", 10),
+    "bridge_flood": ("send = call_tool.__globals__['_send']\ntext = 'mail ana@example.com now ' * 40000\n"
+                     "for i in range(100000):\n    send({'type': 'pii', 'id': 1000000 + i, "
+                     "'arguments': {'op': 'tokenize', 'text': text}})\n", 5),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n", 5),
+    "cpu_bomb": ("import multiprocessing\ndef spin():\n    while True: pass\n"
+                 "ps = [multiprocessing.Process(target=spin) for _ in range(16)]\n[p.start() for p in ps]\n"
+                 "[p.join() for p in ps]\n", 8),
+    "disk_fill": ("import os, glob\nfor f in glob.glob('fill-*'): os.remove(f)\nn = 0\nblock = b'x' * (8 << 20)\n"
+                  "try:\n    while True:\n        with open(f'fill-{n}', 'wb') as f:\n"
+                  "            for _ in range(8): f.write(block)\n        n += 1\nexcept OSError as e:\n"
+                  "    result = f'stopped after {n} files: {e}'\n", 15),
+    "idle_session": ("import threading\ndef spin():\n    while True: pass\n"
+                     "threading.Thread(target=spin, daemon=True).start()\nresult = 'left spinning'\n", 5),
+}
+
+
+def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: threading.Event) -> None:
+    t = Tenant(port, name)
+    names = list(ATTACKS)
+    k = lane
+    while time.monotonic() < until and not stop.is_set():
+        attack = names[k % len(names)]
+        k += 1
+        code, timeout = ATTACKS[attack]
+        args = {"code": code, "timeout_seconds": timeout}
+        if attack == "idle_session":
+            args["session_id"] = f"idle{k % 4}"
+        try:
+            answer = t.call("execute_code", args)
+            outcome = "ok" if answer.get("success") else (answer.get("error") or answer.get("text") or "")[:60]
+        except Exception as e:  # noqa: BLE001
+            outcome = f"request failed: {str(e)[:60]}"
+        with LOCK:
+            out.setdefault("attacks", {}).setdefault(attack, {}).setdefault(outcome.split(":")[0], 0)
+            out["attacks"][attack][outcome.split(":")[0]] += 1
+
+
+# --- the server -----------------------------------------------------------------------------------------------
+
+LOCK = threading.Lock()
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def percentile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("binary")
+    parser.add_argument("--minutes", type=float, default=10)
+    parser.add_argument("--baseline-minutes", type=float, default=3)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="cem-soak-"))
+    data = tmp / "data"
+    data.mkdir()
+    config = tmp / "config.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"fault": {"command": str(SDK1), "args": [str(FAULT)]}},
+        "auth": {"tokens": {n: token(n) for n in ORDINARY + HOSTILE}},
+        "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256},
+        "quotas": {"concurrent_executions": 2},
+    }))
+    log = tmp / "server.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([args.binary, "--data-dir", str(data), "--config", str(config), "--log-level", "warn",
+                                 "serve", "--http", "127.0.0.1:0"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    deadline = time.monotonic() + 30
+    port = None
+    while time.monotonic() < deadline and port is None:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/mcp", log.read_text(errors="replace"))
+        port = int(m.group(1)) if m else None
+        if proc.poll() is not None:
+            sys.exit(log.read_text())
+        time.sleep(0.05)
+    if port is None:
+        sys.exit("the server did not start")
+    out: dict = {}
+    rss: list[tuple[float, int, str]] = []
+    phase = {"name": "warm-up"}
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def sample():
+        while not stop.is_set() and proc.poll() is None:
+            rss.append((time.monotonic() - t0, rss_kb(proc.pid), phase["name"]))
+            time.sleep(1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    # Every tenant once, so start-up (its engine, its pool) is not in either phase.
+    for name in ORDINARY + HOSTILE:
+        Tenant(port, name).call("execute_code", {"code": "result = call_tool('fault.ok', {})"})
+    time.sleep(3)
+    start_rss = rss_kb(proc.pid)
+    try:
+        phase["name"] = "baseline"
+        until = time.monotonic() + args.baseline_minutes * 60
+        threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "baseline", stop)) for n in ORDINARY]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        phase["name"] = "hostile"
+        until = time.monotonic() + args.minutes * 60
+        threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "hostile", stop)) for n in ORDINARY]
+        threads += [threading.Thread(target=hostile, args=(port, n, until, out, lane, stop))
+                    for n in HOSTILE for lane in (0, 3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        phase["name"] = "after"
+        time.sleep(30)
+        final_rss = rss_kb(proc.pid)
+        alive = proc.poll() is None
+    finally:
+        stop.set()
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    report: dict = {"baseline_minutes": args.baseline_minutes, "hostile_minutes": args.minutes,
+                    "server_alive_after": alive}
+    for name in ("baseline", "hostile"):
+        lat = out.get(name, {}).get("latencies", [])
+        report[name] = {
+            "requests": len(lat),
+            "p50_ms": round(percentile(lat, 50) * 1000, 1),
+            "p99_ms": round(percentile(lat, 99) * 1000, 1),
+            "max_ms": round(max(lat) * 1000, 1) if lat else None,
+            "errors": len(out.get(name, {}).get("errors", [])),
+            "first_errors": out.get(name, {}).get("errors", [])[:5],
+            "p99_ms_by_tool": {k: round(percentile(v, 99) * 1000, 1)
+                               for k, v in out.get(name, {}).get("by_tool", {}).items()},
+        }
+    report["p50_ratio"] = round(report["hostile"]["p50_ms"] / report["baseline"]["p50_ms"], 2)
+    report["p99_ratio"] = round(report["hostile"]["p99_ms"] / report["baseline"]["p99_ms"], 2)
+    report["rss_mb"] = {"start": round(start_rss / 1024, 1),
+                        "peak": round(max(r for _, r, _ in rss) / 1024, 1),
+                        "peak_hostile": round(max((r for _, r, p in rss if p == "hostile"), default=0) / 1024, 1),
+                        "final": round(final_rss / 1024, 1)}
+    report["attacks"] = out.get("attacks", {})
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
