@@ -79,13 +79,18 @@ impl Cgroup {
     }
 
     /// Removes empty sandbox cgroups left by a server that was killed.
-    /// (rmdir refuses a cgroup that still holds processes.)
+    /// (rmdir refuses a cgroup that still holds processes.) Only those of
+    /// servers that are gone: a live server's cgroup is empty for a moment
+    /// between its making and its first process, and removing it then
+    /// failed that sandbox's start (one tenant's first execution broke
+    /// another's fork).
     pub fn sweep_stale() {
         for controller in ["memory", "pids", "freezer", ""] {
             let parent = Path::new("/sys/fs/cgroup").join(controller).join(PARENT);
             if let Ok(entries) = fs::read_dir(&parent) {
                 for e in entries.flatten() {
-                    if e.path().is_dir() {
+                    let name = e.file_name();
+                    if e.path().is_dir() && stale(&name.to_string_lossy()) {
                         let _ = fs::remove_dir(e.path());
                     }
                 }
@@ -208,6 +213,21 @@ fn v2_base(root: &Path) -> Result<PathBuf, String> {
     Ok(root.join(rel.trim_start_matches('/')))
 }
 
+/// Whether a sandbox cgroup named `x<server pid>-<n>` (or a probe's,
+/// `probe-<server pid>-<n>`) belongs to a server that is gone (not this
+/// one, and no such process).
+fn stale(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix("probe-")
+        .or_else(|| name.strip_prefix('x'))
+        .and_then(|rest| rest.split_once('-'))
+        .and_then(|(pid, _)| pid.parse::<u32>().ok())
+    else {
+        return false;
+    };
+    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// The processes listed in a `cgroup.procs`.
 fn pids_in(procs: &Path) -> Vec<i32> {
     fs::read_to_string(procs)
@@ -234,6 +254,15 @@ mod tests {
     fn state(pid: u32) -> Option<char> {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         stat.rsplit_once(") ")?.1.chars().next()
+    }
+
+    #[test]
+    fn only_cgroups_of_servers_that_are_gone_are_stale() {
+        assert!(!stale(&format!("x{}-3", std::process::id())));
+        assert!(!stale("x1-0"), "pid 1 is alive");
+        assert!(stale("x4194305-7"), "past the largest pid");
+        assert!(stale("probe-4194305-0"));
+        assert!(!stale("background") && !stale("tenants") && !stale("x-1"));
     }
 
     #[test]
