@@ -7,6 +7,7 @@ mod doctor;
 mod exec;
 mod json_lines;
 mod logging;
+mod memory;
 mod packages;
 mod pii;
 mod policy;
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
     {
         cem_sandbox::launcher_main();
     }
+    memory::return_large_blocks();
     quiet_broken_pipe();
     let cli = Cli::parse();
     logging::init(&cli.log_level);
