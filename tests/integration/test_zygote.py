@@ -383,7 +383,11 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
     own = cpu_cgroup(__import__("os").getpid())
     if __import__("os").geteuid() != 0 or own is None or not Path("/sys/fs/cgroup/cpu/cpu.shares").exists():
         pytest.skip("needs root and the cgroup v1 cpu controller")
+    # The host's own preparation thread in the server's background group; each tenant's sandboxes in its own
+    # group (equal weight), with the tenant's zygote in that group's background group.
     background = own.rstrip("/") + "/code-execution-mcp/background"
+    tenant = own.rstrip("/") + "/code-execution-mcp/tenants/local"
+    tenant_background = tenant + "/background"
     async with Client(stdio_params(data_dir)) as client:
         assert (await run(client, "result = 1", session_id="held"))["result"] == 1
         servers = [int(p) for p in subprocess.run(["pgrep", "-f", f"data-dir {data_dir}"], capture_output=True,
@@ -393,13 +397,13 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
             tree = [p for s in servers for p in descendants(s)]
             zygotes, children = named(tree, "cem-zygote"), named(tree, "cem-sandbox")
             places = [cpu_cgroup(p) for p in children]
-            # The zygote, and so every child it forks, in the background group; a child that is set up (the
-            # session's, the pool's four) waits in the server's own, so an execution that takes it runs at once.
-            if zygotes and places == [own] * 5:
+            # The zygote, and so every child it forks, in the tenant's background group; a child that is set up
+            # (the session's, the pool's four) waits in the tenant's own, so an execution that takes it runs at once.
+            if zygotes and places == [tenant] * 5:
                 break
             assert time.monotonic() < deadline, (zygotes, places, own)
             await anyio.sleep(0.1)
-        assert {cpu_cgroup(z) for z in zygotes} == {background}
+        assert {cpu_cgroup(z) for z in zygotes} == {tenant_background}
         # The server's own thread that prepares the pool's next sandbox is there too; the others are not.
         threads = {}
         for s in servers:
@@ -409,5 +413,7 @@ async def test_the_next_sandbox_is_prepared_at_background_cpu_priority(data_dir:
         assert threads.get("tokio-rt-worker") == {own}, threads
         shares = int(Path(f"/sys/fs/cgroup/cpu{background}/cpu.shares").read_text())
         assert 2 <= shares <= 128, shares  # a small fraction of the 1024 every other process has
+        assert int(Path(f"/sys/fs/cgroup/cpu{tenant_background}/cpu.shares").read_text()) == shares
+        assert int(Path(f"/sys/fs/cgroup/cpu{tenant}/cpu.shares").read_text()) == 1024
         assert (await sandbox_stats(client))["fresh_sandbox"] == {
             "path": "zygote", "preparation": f"background cpu priority (cgroup v1 cpu.shares {shares})"}

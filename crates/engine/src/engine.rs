@@ -770,8 +770,9 @@ impl Engine {
         }
         let exe = ready.launch.exe.clone();
         let shaped = spec.clone();
+        let tenant = self.options.tenant.clone();
         let started = match tokio::task::spawn_blocking(move || {
-            Zygote::start(&exe, &shaped, CpuPriority::get().ok())
+            Zygote::start(&exe, &shaped, tenant_cpu(&tenant))
         })
         .await
         {
@@ -780,18 +781,6 @@ impl Engine {
             Err(e) if e.is_cancelled() => return None,
             Err(e) => Err(format!("the zygote's start task failed: {e}")),
         };
-        // Each tenant's running sandboxes share one cpu group of equal
-        // weight: a tenant with a fork bomb gets no more CPU than one with
-        // a single execution.
-        let tenant = self.options.tenant.clone();
-        let started = started.map(|z| match CpuPriority::get().map(|c| c.tenant(&tenant)) {
-            Ok(Ok(procs)) => z.for_tenant(procs),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, tenant = %tenant, "sandboxes of this tenant run in the server's cpu group");
-                z
-            }
-            Err(_) => z,
-        });
         match started {
             Ok(z) => {
                 let z = Arc::new(z);
@@ -964,6 +953,19 @@ impl Engine {
         }
         for session in self.sessions.drain(&self.options.tenant).await {
             sessions::end(&session).await;
+        }
+    }
+}
+
+/// The cpu priority groups of `tenant`'s sandboxes: its own (so tenants
+/// weigh the same whatever each runs), else the server's, else none.
+fn tenant_cpu(tenant: &str) -> Option<&'static CpuPriority> {
+    let server = CpuPriority::get().ok()?;
+    match server.tenant(tenant) {
+        Ok(groups) => Some(groups),
+        Err(e) => {
+            tracing::warn!(error = %e, tenant, "this tenant's sandboxes share the server's cpu groups");
+            Some(server)
         }
     }
 }

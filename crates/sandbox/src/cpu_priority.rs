@@ -26,9 +26,10 @@
 //! priority there would mean a `cpu.weight` per child; not done yet, and
 //! [`CpuPriority::get`] says so.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The two cpu cgroups of forked sandboxes.
 #[derive(Debug)]
@@ -121,26 +122,45 @@ impl CpuPriority {
             .is_ok_and(|procs| procs.lines().any(|l| l.trim() == pid.to_string()))
     }
 
-    /// The cpu group of one tenant (`cgroup.procs`), made on first use:
-    /// a running sandbox goes there rather than to the server's own group,
-    /// so tenants share the CPU by equal weight (`cpu.shares` 1024 each)
-    /// however many processes or executions each runs. `tenant` is a safe
+    /// The priority groups of one tenant, made on first use (and kept for
+    /// the life of the process): `tenants/<tenant>` beside the background
+    /// group, weighted like every other tenant (`cpu.shares` 1024), where
+    /// its sandboxes run their executions, and its own background group
+    /// inside it, where its zygote and pool prepare sandboxes. So tenants
+    /// share the CPU by equal weight however many processes each runs, and
+    /// a tenant's preparation yields to its own executions, not to other
+    /// tenants' (a hostile tenant's CPU bomb starved everyone's pool when
+    /// all preparation shared one low-weight group). `tenant` is a safe
     /// directory name (a tenant id).
-    pub fn tenant(&self, tenant: &str) -> Result<PathBuf, String> {
+    pub fn tenant(&self, tenant: &str) -> Result<&'static CpuPriority, String> {
+        static TENANTS: Mutex<Option<HashMap<String, &'static CpuPriority>>> = Mutex::new(None);
         if tenant.is_empty() || tenant.contains(['/', '\\']) || tenant.starts_with('.') {
             return Err(format!("unusable tenant id {tenant:?}"));
         }
-        let dir = self
+        let mut made = TENANTS.lock().map_err(|_| "a poisoned lock")?;
+        let made = made.get_or_insert_with(HashMap::new);
+        if let Some(groups) = made.get(tenant) {
+            return Ok(groups);
+        }
+        let ours = self
             .background
             .parent()
             .and_then(Path::parent)
-            .ok_or("the background group has no parent")?
-            .join("tenants")
-            .join(tenant);
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        fs::write(dir.join("cpu.shares"), TENANT_SHARES.to_string())
-            .map_err(|e| format!("cannot set {}/cpu.shares: {e}", dir.display()))?;
-        Ok(dir.join("cgroup.procs"))
+            .ok_or("the background group has no parent")?;
+        let dir = ours.join("tenants").join(tenant);
+        let background = dir.join("background");
+        for (group, shares) in [(&dir, TENANT_SHARES), (&background, BACKGROUND_SHARES)] {
+            fs::create_dir_all(group)
+                .map_err(|e| format!("cannot create {}: {e}", group.display()))?;
+            fs::write(group.join("cpu.shares"), shares.to_string())
+                .map_err(|e| format!("cannot set {}/cpu.shares: {e}", group.display()))?;
+        }
+        let groups: &'static CpuPriority = Box::leak(Box::new(CpuPriority {
+            background: background.join("cgroup.procs"),
+            foreground: dir.join("cgroup.procs"),
+        }));
+        made.insert(tenant.to_string(), groups);
+        Ok(groups)
     }
 
     /// Moves process `pid` to the server's own cpu cgroup (full priority).
@@ -212,6 +232,22 @@ mod tests {
                 .as_deref(),
             Some(BACKGROUND_SHARES.to_string().as_str())
         );
+        // A tenant's groups: its own of equal weight, and its background inside.
+        let Ok(alice) = groups.tenant("token-alice") else {
+            panic!("a tenant's groups");
+        };
+        let tenant = server.join("code-execution-mcp/tenants/token-alice");
+        assert_eq!(
+            alice.background_procs(),
+            tenant.join("background/cgroup.procs")
+        );
+        let shares = |dir: &Path| fs::read_to_string(dir.join("cpu.shares")).ok();
+        assert_eq!(shares(&tenant).as_deref(), Some("1024"));
+        assert_eq!(
+            shares(&tenant.join("background")).as_deref(),
+            Some(BACKGROUND_SHARES.to_string().as_str())
+        );
+        assert!(groups.tenant("../escape").is_err());
         let Ok(()) = groups.to_foreground(42) else {
             panic!("the move is a write");
         };

@@ -218,9 +218,6 @@ pub struct Zygote {
     next: AtomicU64,
     /// The cpu priority groups its children move between, when the host has them.
     cpu: Option<&'static CpuPriority>,
-    /// Where a child goes to run an execution: its tenant's cpu group
-    /// (`cgroup.procs`), else the server's own.
-    foreground: Option<Arc<PathBuf>>,
 }
 
 /// A child forked by the zygote: its host pid, a pidfd, and the host ends
@@ -248,8 +245,6 @@ pub struct Priority {
     pid: u32,
     pidfd: Arc<OwnedFd>,
     cpu: &'static CpuPriority,
-    /// Its tenant's cpu group (`cgroup.procs`), else the server's own.
-    foreground: Option<Arc<PathBuf>>,
     /// Set once the child is being ended: no move after that.
     ending: Arc<Mutex<bool>>,
 }
@@ -263,16 +258,7 @@ impl Priority {
             return Ok(());
         }
         // The pidfd says the pid is still this child's (not a reused one).
-        match &self.foreground {
-            Some(procs) => std::fs::write(procs.as_path(), self.pid.to_string()).map_err(|e| {
-                format!(
-                    "cannot move process {} into {}: {e}",
-                    self.pid,
-                    procs.display()
-                )
-            }),
-            None => self.cpu.to_foreground(self.pid),
-        }
+        self.cpu.to_foreground(self.pid)
     }
 
     /// Background priority for its teardown; after this, no move lifts it
@@ -527,7 +513,6 @@ impl Zygote {
             shared,
             next: AtomicU64::new(1),
             cpu,
-            foreground: None,
         };
         if !readable(&zygote.ctl, Duration::from_secs(20)) {
             return Err(zygote.failed("did not say it was ready within 20 s"));
@@ -571,14 +556,6 @@ impl Zygote {
     /// background cpu group.
     pub fn prioritized(&self) -> bool {
         self.cpu.is_some()
-    }
-
-    /// Runs its children, while they run an execution, in the cpu group
-    /// whose `cgroup.procs` is `procs` (a tenant's; see
-    /// [`CpuPriority::tenant`]) rather than the server's own.
-    pub fn for_tenant(mut self, procs: PathBuf) -> Self {
-        self.foreground = Some(Arc::new(procs));
-        self
     }
 
     /// Whether the zygote still serves forks.
@@ -680,7 +657,6 @@ impl Zygote {
             pid,
             pidfd: Arc::clone(&pidfd),
             cpu,
-            foreground: self.foreground.clone(),
             ending: Arc::new(Mutex::new(false)),
         });
         let forked = Forked {
