@@ -127,6 +127,9 @@ def ordinary(port: int, name: str, until: float, out: dict, phase: str, stop: th
         except Exception as e:  # noqa: BLE001 - an error of any kind is counted and shown
             good, why = False, str(e)[:300]
         took = time.monotonic() - started
+        if took > 1 and os.environ.get("CEM_SOAK_SLOW"):
+            print(f"slow {name} {tool} {took:.2f}s exec_ms={answer.get('execution_time_ms') if good else why}",
+                  file=sys.stderr)
         with LOCK:
             out.setdefault(phase, {"latencies": [], "errors": [], "by_tool": {}})
             out[phase]["latencies"].append(took)
@@ -158,7 +161,9 @@ ATTACKS = {
 
 def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: threading.Event) -> None:
     t = Tenant(port, name)
-    names = list(ATTACKS)
+    # CEM_SOAK_ATTACKS=a,b runs only those (to find which one hurts).
+    chosen = os.environ.get("CEM_SOAK_ATTACKS")
+    names = [a for a in ATTACKS if not chosen or a in chosen.split(",")]
     k = lane
     while time.monotonic() < until and not stop.is_set():
         attack = names[k % len(names)]

@@ -272,10 +272,31 @@ impl Drop for Interp {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(crate::background::run(move || drop(cgroup)));
+                runtime.spawn(remove_cgroup(cgroup));
             }
             Err(_) => drop(cgroup),
         }
+    }
+}
+
+/// Removes a used interpreter's cgroup on the background thread, one quick
+/// attempt at a time with pauses between (its processes take a while to
+/// exit), so the thread that prepares every tenant's sandboxes is never
+/// held waiting; after about two seconds the last attempt waits.
+async fn remove_cgroup(cgroup: Cgroup) {
+    let mut cgroup = Some(cgroup);
+    for _ in 0..100 {
+        let Some(mut c) = cgroup.take() else {
+            return;
+        };
+        match crate::background::run(move || if c.try_remove() { None } else { Some(c) }).await {
+            Ok(None) | Err(_) => return,
+            Ok(left) => cgroup = left,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(c) = cgroup {
+        let _ = crate::background::run(move || drop(c)).await;
     }
 }
 

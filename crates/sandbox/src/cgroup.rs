@@ -179,6 +179,26 @@ impl Cgroup {
     }
 }
 
+impl Cgroup {
+    /// Kills what is left inside and removes the directories that are
+    /// empty by now, without waiting: true when all are gone. A killed
+    /// tree takes a while to exit (a fork bomb's hundred processes, a big
+    /// interpreter's memory), and waiting here held the one thread that
+    /// prepares every tenant's sandboxes: call it again a little later.
+    pub fn try_remove(&mut self) -> bool {
+        self.thaw();
+        self.dirs.retain(|dir| {
+            if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    signal(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            !(fs::remove_dir(dir).is_ok() || !dir.exists())
+        });
+        self.dirs.is_empty()
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
         // A frozen process takes its SIGKILL only once thawed.
