@@ -193,7 +193,7 @@ impl Cgroup {
                     signal(pid, nix::sys::signal::Signal::SIGKILL);
                 }
             }
-            !(fs::remove_dir(dir).is_ok() || !dir.exists())
+            fs::remove_dir(dir).is_err() && dir.exists()
         });
         self.dirs.is_empty()
     }
