@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub struct Cgroup {
     dirs: Vec<PathBuf>,
     /// How the sandbox is paused (an approval wait, a session between
-    /// calls): the cgroup freezer where there is one.
+    /// calls): cgroup v2's freezer, else stop signals.
     freezer: Freezer,
 }
 
@@ -18,9 +18,7 @@ pub struct Cgroup {
 enum Freezer {
     /// cgroup v2: `cgroup.freeze` in the sandbox's own directory.
     V2(PathBuf),
-    /// cgroup v1: the freezer controller's directory (in `dirs` too).
-    V1(PathBuf),
-    /// No freezer: SIGSTOP and SIGCONT to every process of the sandbox's
+    /// cgroup v1: SIGSTOP and SIGCONT to every process of the sandbox's
     /// pids cgroup, swept until no new one appears.
     Signals(PathBuf),
 }
@@ -64,14 +62,10 @@ impl Cgroup {
         };
         make_dir(&pid_dir)?;
         cg.dirs.push(pid_dir.clone());
-        let freezer_root = root.join("freezer");
-        if freezer_root.join("freezer.state").exists() || freezer_root.is_dir() {
-            let dir = freezer_root.join(PARENT).join(name);
-            if make_dir(&dir).is_ok() && dir.join("freezer.state").exists() {
-                cg.dirs.push(dir.clone());
-                cg.freezer = Freezer::V1(dir);
-            }
-        }
+        // Not the v1 freezer: a task it froze takes no SIGKILL until thawed,
+        // so a server killed while a session waits between calls would
+        // leave that session's processes frozen for good. A stopped
+        // process dies of SIGKILL (and so of its pid namespace's end).
         write(&mem_dir.join("memory.limit_in_bytes"), &bytes)?;
         let _ = fs::write(mem_dir.join("memory.memsw.limit_in_bytes"), &bytes);
         write(&pid_dir.join("pids.max"), &pids.to_string())?;
@@ -85,7 +79,7 @@ impl Cgroup {
     /// failed that sandbox's start (one tenant's first execution broke
     /// another's fork).
     pub fn sweep_stale() {
-        for controller in ["memory", "pids", "freezer", ""] {
+        for controller in ["memory", "pids", ""] {
             let parent = Path::new("/sys/fs/cgroup").join(controller).join(PARENT);
             if let Ok(entries) = fs::read_dir(&parent) {
                 for e in entries.flatten() {
@@ -109,20 +103,22 @@ impl Cgroup {
     pub fn freeze(&self) -> bool {
         match &self.freezer {
             Freezer::V2(file) => fs::write(file, "1").is_ok(),
-            Freezer::V1(dir) => fs::write(dir.join("freezer.state"), "FROZEN").is_ok(),
             Freezer::Signals(procs) => {
-                // A process forked between two reads is caught by the next;
-                // stopped processes fork no more, so the sweep ends.
-                let mut stopped = std::collections::HashSet::new();
-                for _ in 0..64 {
-                    let pids = pids_in(procs);
-                    let fresh: Vec<i32> = pids.into_iter().filter(|p| stopped.insert(*p)).collect();
-                    if fresh.is_empty() {
+                // Swept until every process is seen stopped: one forked, or
+                // continued by another, between two sweeps is caught by the
+                // next; stopped processes fork and signal no more.
+                for _ in 0..50 {
+                    let running: Vec<i32> = pids_in(procs)
+                        .into_iter()
+                        .filter(|p| !matches!(state(*p), Some('T' | 't' | 'Z' | 'X') | None))
+                        .collect();
+                    if running.is_empty() {
                         return true;
                     }
-                    for pid in fresh {
+                    for pid in running {
                         signal(pid, nix::sys::signal::Signal::SIGSTOP);
                     }
+                    std::thread::sleep(std::time::Duration::from_micros(500));
                 }
                 false
             }
@@ -134,9 +130,6 @@ impl Cgroup {
         match &self.freezer {
             Freezer::V2(file) => {
                 let _ = fs::write(file, "0");
-            }
-            Freezer::V1(dir) => {
-                let _ = fs::write(dir.join("freezer.state"), "THAWED");
             }
             Freezer::Signals(procs) => {
                 for pid in pids_in(procs) {
@@ -150,7 +143,6 @@ impl Cgroup {
     pub fn freezer_kind(&self) -> &'static str {
         match self.freezer {
             Freezer::V2(_) => "cgroup v2 freezer",
-            Freezer::V1(_) => "cgroup v1 freezer",
             Freezer::Signals(_) => "SIGSTOP to every process of its pids cgroup",
         }
     }
@@ -248,6 +240,12 @@ fn stale(name: &str) -> bool {
     pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// A process's state letter (`R`, `S`, `T` stopped, `Z`, ...), if it exists.
+fn state(pid: i32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
 /// The processes listed in a `cgroup.procs`.
 fn pids_in(procs: &Path) -> Vec<i32> {
     fs::read_to_string(procs)
@@ -270,11 +268,6 @@ fn write(path: &Path, value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn state(pid: u32) -> Option<char> {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(") ")?.1.chars().next()
-    }
 
     #[test]
     fn only_cgroups_of_servers_that_are_gone_are_stale() {
@@ -300,10 +293,10 @@ mod tests {
         };
         assert!(cg.freeze());
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(state(child.id()), Some('T'));
+        assert_eq!(state(child.id() as i32), Some('T'));
         cg.thaw();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_ne!(state(child.id()), Some('T'));
+        assert_ne!(state(child.id() as i32), Some('T'));
         let _ = child.kill();
         let _ = child.wait();
         let _ = fs::remove_dir_all(&dir);
