@@ -684,11 +684,7 @@ impl Interp {
         // (no thread of it runs) and its clock stops: the deadline moves by
         // the time it was frozen, and by nothing where it could not be.
         let mut asking = bridge.and_then(|b| b.asking());
-        let mut frozen_at: Option<tokio::time::Instant> = None;
-        let mut frozen_for = Duration::ZERO;
-        // Answers that came while frozen, written once thawed (a frozen
-        // reader would hold the write, and the exchange with it).
-        let mut held: Vec<Vec<u8>> = Vec::new();
+        let mut pause = Pause::default();
         enum Step {
             Message(Option<Result<Value, String>>),
             Answer(Vec<u8>, bool),
@@ -704,23 +700,19 @@ impl Interp {
                 m = self.messages.next(), if room => Step::Message(m),
                 Some((a, host)) = calls.next(), if !calls.is_empty() => Step::Answer(a, host),
                 changed = watch_changed(&mut asking), if asking.is_some() => Step::Asking(changed),
-                () = tokio::time::sleep_until(deadline), if frozen_at.is_none() => Step::TimedOut,
+                () = tokio::time::sleep_until(deadline), if pause.at.is_none() => Step::TimedOut,
             };
             match step {
-                Step::Asking(true) if frozen_at.is_none() => {
+                Step::Asking(true) if pause.at.is_none() => {
                     if self.cgroup.as_ref().is_some_and(Cgroup::freeze) {
-                        frozen_at = Some(tokio::time::Instant::now());
+                        pause.at = Some(tokio::time::Instant::now());
                     }
                 }
                 Step::Asking(true) => {}
                 Step::Asking(false) => {
-                    if let Some(at) = frozen_at.take() {
-                        frozen_for += at.elapsed();
-                        if let Some(cgroup) = &self.cgroup {
-                            cgroup.thaw();
-                        }
-                        deadline = started + timeout + frozen_for + stats.install_wait();
-                        for line in std::mem::take(&mut held) {
+                    if let Some(held) = pause.end(self.cgroup.as_ref()) {
+                        deadline = started + timeout + pause.total + stats.install_wait();
+                        for line in held {
                             self.send_line(line, deadline).await?;
                         }
                     }
@@ -728,7 +720,7 @@ impl Interp {
                 Step::TimedOut => {
                     // Time frozen for a person's approval, or spent waiting
                     // for the host to install packages, does not count.
-                    let extended = started + timeout + frozen_for + stats.install_wait();
+                    let extended = started + timeout + pause.total + stats.install_wait();
                     if extended > tokio::time::Instant::now() {
                         deadline = extended;
                         continue;
@@ -742,18 +734,14 @@ impl Interp {
                     // closed: thaw first (a frozen reader would hold the
                     // write), even if the change was not seen yet.
                     let still_asking = asking.as_ref().is_some_and(|rx| *rx.borrow());
-                    if !still_asking && let Some(at) = frozen_at.take() {
-                        frozen_for += at.elapsed();
-                        if let Some(cgroup) = &self.cgroup {
-                            cgroup.thaw();
-                        }
-                        deadline = started + timeout + frozen_for + stats.install_wait();
-                        for line in std::mem::take(&mut held) {
+                    if !still_asking && let Some(held) = pause.end(self.cgroup.as_ref()) {
+                        deadline = started + timeout + pause.total + stats.install_wait();
+                        for line in held {
                             self.send_line(line, deadline).await?;
                         }
                     }
-                    if frozen_at.is_some() {
-                        held.push(line);
+                    if pause.at.is_some() {
+                        pause.held.push(line);
                     } else {
                         self.send_line(line, deadline).await?;
                     }
@@ -1016,6 +1004,29 @@ fn relay(
             Err(e) => failed(&id, &e.server, &e.tool, e.message),
         }
     })
+}
+
+/// An execution frozen while a person is asked: since when, the time it
+/// was frozen in all, and the answers that came meanwhile (written once
+/// thawed: a frozen reader would hold the write, and the exchange with it).
+#[derive(Default)]
+struct Pause {
+    at: Option<tokio::time::Instant>,
+    total: Duration,
+    held: Vec<Vec<u8>>,
+}
+
+impl Pause {
+    /// Thaws a frozen sandbox, counts the time it was frozen and gives back
+    /// the answers held meanwhile; `None` when it was not frozen.
+    fn end(&mut self, cgroup: Option<&Cgroup>) -> Option<Vec<Vec<u8>>> {
+        let at = self.at.take()?;
+        self.total += at.elapsed();
+        if let Some(cgroup) = cgroup {
+            cgroup.thaw();
+        }
+        Some(std::mem::take(&mut self.held))
+    }
 }
 
 /// The next value of a watched flag; a closed channel reads as false and
