@@ -21,6 +21,7 @@ import pytest
 
 from cluster import Balancer, Postgres, free_port
 from conftest import HttpServer, run_cli, start_http
+from stateless import body, message_of
 
 TOKEN = "alice-cluster-token-0123456789"
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -93,20 +94,6 @@ def rpc(url: str, tool: str, args: dict | None = None, timeout: float = 60, **he
 def node_id(mcp_url: str) -> str:
     """The id a node shows in its `cem-node` header: a digest of its node URL, not the URL itself."""
     return hashlib.sha256(mcp_url.removesuffix("/mcp").encode()).hexdigest()[:12]
-
-
-def message_of(r: httpx.Response) -> dict:
-    if r.headers.get("content-type", "").startswith("text/event-stream"):
-        messages = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:") and line[5:].strip()]
-        return [m for m in messages if "id" in m][-1]
-    return r.json()
-
-
-def body(result: dict) -> dict:
-    """The JSON answer of one of our tools."""
-    if "structuredContent" in result:
-        return result["structuredContent"]
-    return json.loads(result["content"][0]["text"])
 
 
 def text(result: dict) -> str:
