@@ -272,6 +272,12 @@ impl PauseClock {
         }
     }
 
+    /// Starts a wait that stops when the returned guard is dropped.
+    pub fn asking(&self) -> Asking<'_> {
+        self.start();
+        Asking(self)
+    }
+
     /// True while a question is open.
     pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
         self.asking.subscribe()
@@ -282,6 +288,15 @@ impl PauseClock {
             .lock()
             .map(|c| c.0 + c.2.map(|s| s.elapsed()).unwrap_or_default())
             .unwrap_or_default()
+    }
+}
+
+/// An open question's wait on a [`PauseClock`]; ends when dropped.
+pub struct Asking<'a>(&'a PauseClock);
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
     }
 }
 

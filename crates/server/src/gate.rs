@@ -389,9 +389,12 @@ impl Gate {
             timeout: std::time::Duration::from_secs(self.policy.approval_timeout_seconds),
             session_choice,
         };
-        exec.paused.start();
-        let answered = approver.ask(question).await;
-        exec.paused.stop();
+        // Stopped however the wait ends (its future dropped too): the
+        // engine keeps the sandbox frozen while the clock says asking.
+        let answered = {
+            let _asking = exec.paused.asking();
+            approver.ask(question).await
+        };
         let answered = match answered {
             Ok(answered) => answered,
             Err(why) => {
