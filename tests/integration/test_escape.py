@@ -333,10 +333,15 @@ async def test_a_session_thread_that_fills_the_disk_after_returning_is_stopped(d
         assert again.structured_content["success"], again.structured_content
 
 
-def test_sandboxes_die_with_a_killed_server(data_dir: Path):
-    marker = "7777.25"
-    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--log-level", "error", "serve"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("zygote", [True, False])
+def test_sandboxes_die_with_a_killed_server(data_dir: Path, tmp_path: Path, zygote: bool):
+    # The session's interpreter is stopped between calls; its sandbox must still die with the server, forked
+    # (its zygote is outside the sandbox) or cold (its launcher, inside the sandbox's cgroup, is never stopped).
+    marker = "7777.25" if zygote else "7777.5"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"sandbox": {"zygote": zygote}}))
+    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--config", str(config), "--log-level", "error",
+                             "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     def send(msg):
         proc.stdin.write(json.dumps(msg) + "\n")
         proc.stdin.flush()

@@ -38,7 +38,8 @@ pub trait Bridge: Send + Sync {
     /// Whether the execution is waiting for a person to approve a call
     /// (true while a question is open). The engine freezes the sandbox for
     /// that time (no thread of it runs) and extends the deadline by the
-    /// time it was frozen; where it cannot freeze, the wait counts.
+    /// time it was frozen (where it cannot freeze, by the wait, with a
+    /// warning: its threads go on meanwhile).
     fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
         None
     }

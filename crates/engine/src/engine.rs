@@ -254,9 +254,23 @@ impl Engine {
         if !quiet || self.active.load(Ordering::SeqCst) > 0 || self.parked() {
             return;
         }
-        self.parked.store(true, Ordering::SeqCst);
+        if self.parked.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // A request that came between the check and the park: not idle.
+        let still_quiet = self
+            .last_active
+            .lock()
+            .map(|at| at.elapsed() >= idle)
+            .unwrap_or(false);
+        if !still_quiet || self.active.load(Ordering::SeqCst) > 0 {
+            self.parked.store(false, Ordering::SeqCst);
+            self.refill.notify_one();
+            return;
+        }
         tracing::info!(tenant = %self.options.tenant, "tenant idle; releasing its sandboxes");
-        for interp in self.pool.lock().await.drain(..) {
+        let pooled: Vec<Interp> = self.pool.lock().await.drain(..).collect();
+        for interp in pooled {
             interp.retire().await;
         }
         self.zygote.lock().await.0 = ZygoteSlot::NotYet;

@@ -609,9 +609,18 @@ impl Interp {
     /// one, and the threads go on.
     pub fn pause(&self) {
         if let Some(cgroup) = &self.cgroup
-            && !cgroup.freeze()
+            && !cgroup.freeze(self.launcher())
         {
             tracing::warn!("a session's interpreter could not be frozen between calls");
+        }
+    }
+
+    /// A cold sandbox's launcher (inside its cgroup, and what kills the
+    /// sandbox when the server ends): never frozen.
+    fn launcher(&self) -> Option<u32> {
+        match &self.child {
+            Proc::Spawned(child) => child.id(),
+            Proc::Forked { .. } => None,
         }
     }
 
@@ -704,9 +713,17 @@ impl Interp {
             };
             match step {
                 Step::Asking(true) if pause.at.is_none() => {
-                    if self.cgroup.as_ref().is_some_and(Cgroup::freeze) {
-                        pause.at = Some(tokio::time::Instant::now());
+                    let launcher = self.launcher();
+                    pause.frozen = self.cgroup.as_ref().is_some_and(|c| c.freeze(launcher));
+                    if !pause.frozen {
+                        // The code goes on running meanwhile (no cgroup to
+                        // stop it as one): the wait still does not count
+                        // against its time, as before freezing existed.
+                        tracing::warn!(
+                            "a sandbox could not be frozen while a person is asked; its threads go on"
+                        );
                     }
+                    pause.at = Some(tokio::time::Instant::now());
                 }
                 Step::Asking(true) => {}
                 Step::Asking(false) => {
@@ -740,7 +757,7 @@ impl Interp {
                             self.send_line(line, deadline).await?;
                         }
                     }
-                    if pause.at.is_some() {
+                    if pause.frozen {
                         pause.held.push(line);
                     } else {
                         self.send_line(line, deadline).await?;
@@ -1012,17 +1029,21 @@ fn relay(
 #[derive(Default)]
 struct Pause {
     at: Option<tokio::time::Instant>,
+    /// Whether the sandbox is really stopped (else only its clock is).
+    frozen: bool,
     total: Duration,
     held: Vec<Vec<u8>>,
 }
 
 impl Pause {
-    /// Thaws a frozen sandbox, counts the time it was frozen and gives back
-    /// the answers held meanwhile; `None` when it was not frozen.
+    /// Ends a wait: thaws the sandbox if it was frozen, counts the time
+    /// and gives back the answers held meanwhile; `None` when none ran.
     fn end(&mut self, cgroup: Option<&Cgroup>) -> Option<Vec<Vec<u8>>> {
         let at = self.at.take()?;
         self.total += at.elapsed();
-        if let Some(cgroup) = cgroup {
+        if std::mem::take(&mut self.frozen)
+            && let Some(cgroup) = cgroup
+        {
             cgroup.thaw();
         }
         Some(std::mem::take(&mut self.held))

@@ -99,28 +99,28 @@ impl Cgroup {
     /// Stops every process of the sandbox until [`Cgroup::thaw`]: they get
     /// no CPU and make no system calls (a thread cannot go on working while
     /// another waits for a person's approval, nor between a session's
-    /// calls). True when the sandbox is stopped.
-    pub fn freeze(&self) -> bool {
-        match &self.freezer {
-            Freezer::V2(file) => fs::write(file, "1").is_ok(),
-            Freezer::Signals(procs) => {
-                // Swept until every process is seen stopped: one forked, or
-                // continued by another, between two sweeps is caught by the
-                // next; stopped processes fork and signal no more.
-                for _ in 0..50 {
-                    let running: Vec<i32> = pids_in(procs)
-                        .into_iter()
-                        .filter(|p| !matches!(state(*p), Some('T' | 't' | 'Z' | 'X') | None))
-                        .collect();
-                    if running.is_empty() {
-                        return true;
-                    }
-                    for pid in running {
-                        signal(pid, nix::sys::signal::Signal::SIGSTOP);
-                    }
-                    std::thread::sleep(std::time::Duration::from_micros(500));
+    /// calls). `exempt`: a process of the cgroup that must keep running (a
+    /// cold sandbox's launcher, which watches for the server's end and
+    /// kills the sandbox then: frozen, it would leave a killed server's
+    /// sandbox stopped for good); with one, stop signals are used on v2
+    /// too. True when the sandbox is stopped; on false nothing is left
+    /// stopped.
+    pub fn freeze(&self, exempt: Option<u32>) -> bool {
+        match (&self.freezer, exempt) {
+            (Freezer::V2(file), None) => fs::write(file, "1").is_ok(),
+            (Freezer::V2(file), Some(_)) => {
+                let stopped = stop_all(&file.with_file_name("cgroup.procs"), exempt);
+                if !stopped {
+                    self.thaw();
                 }
-                false
+                stopped
+            }
+            (Freezer::Signals(procs), _) => {
+                let stopped = stop_all(procs, exempt);
+                if !stopped {
+                    self.thaw();
+                }
+                stopped
             }
         }
     }
@@ -130,12 +130,9 @@ impl Cgroup {
         match &self.freezer {
             Freezer::V2(file) => {
                 let _ = fs::write(file, "0");
+                cont_all(&file.with_file_name("cgroup.procs"));
             }
-            Freezer::Signals(procs) => {
-                for pid in pids_in(procs) {
-                    signal(pid, nix::sys::signal::Signal::SIGCONT);
-                }
-            }
+            Freezer::Signals(procs) => cont_all(procs),
         }
     }
 
@@ -240,6 +237,42 @@ fn stale(name: &str) -> bool {
     pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Sends SIGSTOP to every process in `procs` but `exempt`, until two
+/// sweeps in a row see them all stopped: one forked between two sweeps is
+/// caught by the next, and one continued by another before that other
+/// stopped is caught by the second clean sweep (a stopped process signals
+/// no one). False if that does not happen within about 25 ms.
+fn stop_all(procs: &Path, exempt: Option<u32>) -> bool {
+    let mut clean = 0;
+    for _ in 0..50 {
+        let running: Vec<i32> = pids_in(procs)
+            .into_iter()
+            .filter(|p| Some(*p as u32) != exempt)
+            .filter(|p| !matches!(state(*p), Some('T' | 't' | 'Z' | 'X') | None))
+            .collect();
+        if running.is_empty() {
+            clean += 1;
+            if clean == 2 {
+                return true;
+            }
+            continue;
+        }
+        clean = 0;
+        for pid in running {
+            signal(pid, nix::sys::signal::Signal::SIGSTOP);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    false
+}
+
+/// Sends SIGCONT to every process in `procs`.
+fn cont_all(procs: &Path) {
+    for pid in pids_in(procs) {
+        signal(pid, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
 /// A process's state letter (`R`, `S`, `T` stopped, `Z`, ...), if it exists.
 fn state(pid: i32) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -291,7 +324,7 @@ mod tests {
             dirs: Vec::new(),
             freezer: Freezer::Signals(procs),
         };
-        assert!(cg.freeze());
+        assert!(cg.freeze(None));
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(state(child.id() as i32), Some('T'));
         cg.thaw();

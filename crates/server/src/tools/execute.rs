@@ -123,16 +123,15 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     }));
     let outcome = state.engine.execute(request, Some(bridge)).await;
     let written = crate::resources::written_since(state, before).await;
-    let shared_slot = unfinished.0.as_mut().and_then(|b| b.shared_slot.take());
+    // The outcome is known and recorded now; a drop past this point (while
+    // the slot is given back) loses at most that, which frees itself.
+    let shared_slot = unfinished.0.take().and_then(|b| b.shared_slot);
+    audit_execution(state, &exec, &code_digest, code_bytes, &outcome);
     if let (Some(cluster), Some(slot)) = (&state.cluster, shared_slot)
         && let Err(e) = cluster.finish_execution(slot).await
     {
         tracing::warn!(error = %e, "an execution's end was not recorded; its slot frees itself later");
     }
-    // From here on nothing waits: the rest of the bookkeeping is this
-    // function's own.
-    unfinished.0 = None;
-    audit_execution(state, &exec, &code_digest, code_bytes, &outcome);
     match outcome {
         Ok(answer) => {
             let is_error = !answer.success;
