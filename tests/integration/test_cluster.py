@@ -21,13 +21,9 @@ import pytest
 
 from cluster import Balancer, Postgres, free_port
 from conftest import HttpServer, run_cli, start_http
-from stateless import body, message_of
+from stateless import ACCEPT, META, body, message_of
 
 TOKEN = "alice-cluster-token-0123456789"
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": {}}
 
 
 @dataclass

@@ -14,7 +14,7 @@
 //! refused: never a question the model could answer itself.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cem_engine::BoxFuture;
 use rmcp::RoleServer;
@@ -231,19 +231,19 @@ impl Approver for InputRequiredApprover {
     }
 }
 
-/// Time spent waiting for answers, the wait under way included, and
-/// whether a wait is under way (watched by the engine, which freezes the
-/// sandbox meanwhile).
+/// Whether a question of an execution is open (watched by the engine,
+/// which freezes the sandbox meanwhile and counts the time itself).
 #[derive(Debug)]
 pub struct PauseClock {
-    inner: Mutex<(Duration, usize, Option<Instant>)>,
+    /// Questions open now.
+    open: Mutex<usize>,
     asking: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for PauseClock {
     fn default() -> Self {
         Self {
-            inner: Mutex::default(),
+            open: Mutex::new(0),
             asking: tokio::sync::watch::Sender::new(false),
         }
     }
@@ -251,22 +251,18 @@ impl Default for PauseClock {
 
 impl PauseClock {
     pub fn start(&self) {
-        if let Ok(mut c) = self.inner.lock() {
-            if c.1 == 0 {
-                c.2 = Some(Instant::now());
+        if let Ok(mut open) = self.open.lock() {
+            if *open == 0 {
                 self.asking.send_replace(true);
             }
-            c.1 += 1;
+            *open += 1;
         }
     }
 
     pub fn stop(&self) {
-        if let Ok(mut c) = self.inner.lock() {
-            c.1 = c.1.saturating_sub(1);
-            if c.1 == 0
-                && let Some(since) = c.2.take()
-            {
-                c.0 += since.elapsed();
+        if let Ok(mut open) = self.open.lock() {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
                 self.asking.send_replace(false);
             }
         }
@@ -281,13 +277,6 @@ impl PauseClock {
     /// True while a question is open.
     pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
         self.asking.subscribe()
-    }
-
-    pub fn total(&self) -> Duration {
-        self.inner
-            .lock()
-            .map(|c| c.0 + c.2.map(|s| s.elapsed()).unwrap_or_default())
-            .unwrap_or_default()
     }
 }
 
