@@ -32,6 +32,19 @@ ALL_TOOLS = ["execute_code", "search_tools", "get_tool_definition", "list_tool_c
              "save_skill", "load_skill", "list_skills", "delete_skill"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_mounts_left(tmp_path_factory):
+    """Servers run as root mount each workspace on its own file system and undo it when they end; one a test
+    killed leaves its mounts (the next server on that data directory reuses them). Undone here, so no run
+    leaves loop devices behind."""
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in sorted((p for p in points if p.startswith(base)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"

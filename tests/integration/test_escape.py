@@ -250,9 +250,10 @@ async def test_resource_bombs_are_contained(data_dir: Path, name: str, code: str
 
 
 def with_disk_quota_of_40_mb(data_dir: Path, tmp_path: Path):
-    """Parameters for a server whose executions may use 40 MB of disk."""
+    """Parameters for a server whose executions may use 40 MB of disk, held by the watchdog (the mechanism
+    where the kernel cannot hold it: test_disk_quota.py covers the kernel's)."""
     config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40}}))
+    config.write_text(json.dumps({"sandbox": {"disk_quota_mb": 40, "disk_quota_mode": "watchdog"}}))
     params = stdio_params(data_dir)
     params.args = ["--config", str(config), *params.args]
     return params

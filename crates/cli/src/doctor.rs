@@ -298,6 +298,8 @@ fn fresh_sandbox_check(config: &cem_config::Config, data_dir: &Path) -> Check {
         exe,
         extra_ro: Vec::new(),
         no_sandbox: false,
+        disk: None,
+        disk_watchdog_reason: Some("doctor's own check".into()),
         running: None,
         sessions: None,
         tenant: String::new(),

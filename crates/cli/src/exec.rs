@@ -28,7 +28,10 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
         cli,
         loaded.config,
         loaded.located.map(|l| l.path),
-        RunMode::default(),
+        RunMode {
+            no_sandbox: false,
+            runs_code: true,
+        },
     )?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let mut arguments = serde_json::Map::new();

@@ -32,6 +32,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     }
     let mode = RunMode {
         no_sandbox: args.no_sandbox,
+        runs_code: true,
     };
     let state = setup::one_off_state(cli, config, loaded.located.map(|l| l.path), mode)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

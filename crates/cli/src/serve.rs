@@ -22,12 +22,16 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let exe =
         std::env::current_exe().context("cannot find our own executable (the sandbox launcher)")?;
-    let mut state = AppState::open(
+    let mut state = AppState::open_with(
         loaded.config,
         loaded.located.map(|l| l.path),
         &data_dir,
         tool_set,
         exe,
+        cem_server::RunMode {
+            no_sandbox: false,
+            runs_code: true,
+        },
     )?;
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

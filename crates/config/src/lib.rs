@@ -25,8 +25,8 @@ pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig, PiiMode, PiiType,
-    SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, DiskQuotaMode, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig, PiiMode,
+    PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use requirement::{Requirement, normalize as normalize_package};

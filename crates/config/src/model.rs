@@ -150,8 +150,11 @@ pub struct SandboxConfig {
     pub max_memory_mb: u64,
     /// The Python interpreter (or virtualenv's python) the sandbox runs.
     pub python: PathBuf,
-    /// Disk space one execution may use up (checked while it runs).
+    /// Disk space one execution may use up.
     pub disk_quota_mb: u64,
+    /// How disk quotas are held: by the kernel (each tenant's workspace on
+    /// its own file system) or by a watchdog polling free space.
+    pub disk_quota_mode: DiskQuotaMode,
     /// Upstream tool calls one execution may make.
     pub max_tool_calls: u64,
     /// Requests to the host that are not tool calls (search, PII, skills,
@@ -198,6 +201,30 @@ pub struct SandboxConfig {
     pub install_timeout_seconds: u64,
 }
 
+/// How disk quotas are held (`sandbox.disk_quota_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskQuotaMode {
+    /// The kernel where the host allows (root, `mkfs.ext4`), else the
+    /// watchdog with a warning.
+    Auto,
+    /// The kernel, or the server does not start.
+    Kernel,
+    /// A watchdog that stops an execution within 100 ms of going over.
+    Watchdog,
+}
+
+impl DiskQuotaMode {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskQuotaMode::Auto => "auto",
+            DiskQuotaMode::Kernel => "kernel",
+            DiskQuotaMode::Watchdog => "watchdog",
+        }
+    }
+}
+
 /// Who may add packages while code runs (`sandbox.on_demand`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -229,6 +256,7 @@ impl Default for SandboxConfig {
             max_timeout_seconds: 300,
             max_memory_mb: 4096,
             disk_quota_mb: 1024,
+            disk_quota_mode: DiskQuotaMode::Auto,
             max_concurrent: 8,
             max_tool_calls: 1000,
             max_host_requests: 1000,

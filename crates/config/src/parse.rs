@@ -12,8 +12,8 @@ use crate::access::{
 };
 use crate::expand::expand;
 use crate::model::{
-    AuditConfig, Config, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig, SearchConfig,
-    ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig,
+    SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 use crate::{ConfigError, Problem, Requirement, Secret};
 use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
@@ -488,6 +488,16 @@ impl Cx<'_> {
                 "allow_source_builds" => {
                     s.allow_source_builds = self.boolean(&key, v).unwrap_or(s.allow_source_builds)
                 }
+                "disk_quota_mode" => match self.string(&key, v).as_deref() {
+                    Some("auto") => s.disk_quota_mode = DiskQuotaMode::Auto,
+                    Some("kernel") => s.disk_quota_mode = DiskQuotaMode::Kernel,
+                    Some("watchdog") => s.disk_quota_mode = DiskQuotaMode::Watchdog,
+                    Some(other) => self.problem(
+                        &key,
+                        format!("expected \"auto\", \"kernel\" or \"watchdog\", got \"{other}\""),
+                    ),
+                    None => {}
+                },
                 "on_demand" => match self.string(&key, v).as_deref() {
                     Some("off") => s.on_demand = OnDemand::Off,
                     Some("allowlist") => s.on_demand = OnDemand::Allowlist,
@@ -1136,6 +1146,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_timeout_seconds",
     "max_memory_mb",
     "disk_quota_mb",
+    "disk_quota_mode",
     "max_concurrent",
     "max_tool_calls",
     "max_host_requests",

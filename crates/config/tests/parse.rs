@@ -379,3 +379,28 @@ fn a_key_named_twice_is_refused_with_its_line() {
         "{text}"
     );
 }
+
+#[test]
+fn disk_quota_mode_is_read_and_checked() -> Result<(), ConfigError> {
+    let parsed = parse_str(
+        r#"{"sandbox": {"disk_quota_mode": "kernel"}}"#,
+        Path::new("mcp_config.json"),
+        &|_| None,
+    )?;
+    assert_eq!(
+        parsed.config.sandbox.disk_quota_mode,
+        cem_config::DiskQuotaMode::Kernel
+    );
+    assert_eq!(
+        cem_config::Config::default().sandbox.disk_quota_mode,
+        cem_config::DiskQuotaMode::Auto
+    );
+    let bad = error(r#"{"sandbox": {"disk_quota_mode": "quota"}}"#);
+    assert!(
+        bad.contains(
+            r#"sandbox.disk_quota_mode: expected "auto", "kernel" or "watchdog", got "quota""#
+        ),
+        "{bad}"
+    );
+    Ok(())
+}

@@ -92,6 +92,15 @@ impl ExecAnswer {
         answer
     }
 
+    /// Whether the code failed on a full disk (`ENOSPC`, which the kernel
+    /// gives a write past the quota).
+    pub fn ran_out_of_space(&self) -> bool {
+        [&self.error, &self.traceback, &self.stderr]
+            .into_iter()
+            .flatten()
+            .any(|t| t.contains("[Errno 28]") || t.contains("No space left on device"))
+    }
+
     /// For an execution that did not come back.
     pub fn failed(failure: &Failure, timeout_s: u64, memory_mb: u64, in_session: bool) -> Self {
         let lost = if in_session {

@@ -57,6 +57,11 @@ pub struct EngineOptions {
     pub sessions: Option<Arc<SessionTable>>,
     /// Whose engine this is, in the shared session table.
     pub tenant: String,
+    /// The workspace's own file system, when the kernel holds the disk
+    /// quota; `None`: the watchdog does, for the reason given in
+    /// `disk_watchdog_reason`.
+    pub disk: Option<Arc<cem_sandbox::WorkspaceDisk>>,
+    pub disk_watchdog_reason: Option<String>,
 }
 
 /// One execute_code call.
@@ -184,6 +189,14 @@ impl Engine {
     }
 
     /// What the engine was made with.
+    /// Room for the host's own writes to the workspace (the tools', a
+    /// node's copy of the shared store) while it is held: with the
+    /// workspace on its own file system, the free space between executions
+    /// is sized for them. `None` where the watchdog holds the quota.
+    pub fn hold_disk_for_host(&self) -> Option<cem_sandbox::DiskHold> {
+        self.options.disk.as_ref().map(|d| d.hold_rest())
+    }
+
     pub fn options(&self) -> &EngineOptions {
         &self.options
     }
@@ -378,6 +391,17 @@ impl Engine {
                         obj.insert("fresh_sandbox".into(), self.start_path(ready).await);
                     }
                     obj.insert("packages".into(), self.packages_status(ready));
+                    obj.insert(
+                        "disk_quota".into(),
+                        match &self.options.disk {
+                            Some(_) => json!({"held_by": "kernel", "how": "the workspace is its own file system: writes past the quota fail with ENOSPC"}),
+                            None => json!({
+                                "held_by": "watchdog",
+                                "how": "free space is polled every 100 ms; an execution over its quota is stopped",
+                                "why": self.options.disk_watchdog_reason,
+                            }),
+                        },
+                    );
                     obj.insert("pool_ready".into(), json!(self.pool.lock().await.len()));
                     obj.insert("pool_target".into(), json!(self.pool_target(ready).await));
                     obj.insert(
@@ -566,6 +590,27 @@ impl Engine {
             .and_then(|s| InstallStats::to_value(&s));
         if let Some(module) = answer.missing_module.take() {
             let advice = ready.packages.missing_module_note(&module);
+            answer.note = Some(match answer.note.take() {
+                Some(note) => format!("{note} {advice}"),
+                None => advice,
+            });
+        }
+        if ready.launch.disk.is_some() && answer.ran_out_of_space() {
+            let quota = ready.launch.disk_quota_bytes;
+            let which = match stats.disk_limit {
+                Some(left) if left < quota => format!(
+                    "what was left of the workspace quota (quotas.workspace_bytes), {} MB",
+                    left >> 20
+                ),
+                _ => format!(
+                    "its disk quota of {} MB (sandbox.disk_quota_mb)",
+                    quota >> 20
+                ),
+            };
+            let advice = format!(
+                "A write was refused: the execution reached {which}. Nothing past it was written; what \
+                 was written before it stays. Delete files no longer needed, or write less."
+            );
             answer.note = Some(match answer.note.take() {
                 Some(note) => format!("{note} {advice}"),
                 None => advice,
@@ -1039,6 +1084,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         unsandboxed: matches!(mode, SandboxMode::Unsandboxed { .. }),
         use_cgroups,
         disk_quota_bytes: cfg.disk_quota_mb << 20,
+        disk: options.disk.clone(),
         extra_ro: options.extra_ro.clone(),
     };
     let zygote_off = zygote_unavailable(cfg, &mode, use_cgroups);

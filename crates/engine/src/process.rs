@@ -51,8 +51,10 @@ pub struct Launch {
     /// Run the interpreter directly, without any sandbox (explicitly allowed).
     pub unsandboxed: bool,
     pub use_cgroups: bool,
-    /// Disk space one exchange may use up before it is stopped.
+    /// Disk space one exchange may use up (refused past it, or stopped).
     pub disk_quota_bytes: u64,
+    /// The workspace's own file system, when the kernel holds the quota.
+    pub disk: Option<Arc<cem_sandbox::WorkspaceDisk>>,
     /// More read-only binds (host path, path inside).
     pub extra_ro: Vec<(PathBuf, PathBuf)>,
 }
@@ -73,6 +75,10 @@ struct DiskWatch {
     baseline: Mutex<Option<(u64, u64, u64, SystemTime)>>,
     /// Megabytes used when the watchdog stopped the interpreter.
     tripped: Mutex<Option<u64>>,
+    /// The host directory whose file system holds the workspace's own
+    /// file system, when the kernel holds the byte quota: the watchdog then
+    /// counts files made, and keeps that host disk's floor.
+    host: Option<PathBuf>,
 }
 
 /// How an exchange with the interpreter went wrong.
@@ -576,6 +582,7 @@ impl Interp {
         let watch = Arc::new(DiskWatch {
             baseline: Mutex::new(None),
             tripped: Mutex::new(None),
+            host: launch.disk.as_ref().map(|d| d.host_dir().to_path_buf()),
         });
         let watchdog = child
             .stopper()
@@ -656,6 +663,21 @@ impl Interp {
         let limit = stats
             .disk_limit
             .map_or(launch.disk_quota_bytes, |l| l.min(launch.disk_quota_bytes));
+        // With the workspace on its own file system, the kernel refuses
+        // writes past the quota: the reserve leaves exactly `limit` free
+        // (and no more than the host disk can spare). The watchdog then
+        // counts only files made, and the host disk's floor.
+        let _hold = match &launch.disk {
+            Some(disk) => {
+                let spare = cem_sandbox::free_disk(disk.host_dir())
+                    .map_or(0, |(bytes, _)| bytes.saturating_sub(DISK_FLOOR));
+                let (disk, cap) = (disk.clone(), limit.min(spare));
+                tokio::task::spawn_blocking(move || disk.hold(cap))
+                    .await
+                    .ok()
+            }
+            None => None,
+        };
         if let Ok(mut b) = self.watch.baseline.lock() {
             *b = cem_sandbox::free_disk(&launch.workspace)
                 .map(|(bytes, inodes)| (bytes, inodes, limit, SystemTime::now()));
@@ -1207,6 +1229,18 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper)
         };
         let used = base_bytes.saturating_sub(bytes);
         let files = base_inodes.saturating_sub(inodes);
+        if let Some(host) = &watch.host {
+            // The kernel refuses bytes past the quota (the code sees
+            // ENOSPC); files made are still counted here, and the host
+            // disk (which the sparse image grows on) must keep its floor.
+            let host_low = cem_sandbox::free_disk(host)
+                .is_some_and(|(b, i)| b < DISK_FLOOR || i < INODE_FLOOR);
+            if files > INODE_QUOTA || host_low {
+                trip(&watch, &stop, used >> 20, files);
+                return;
+            }
+            continue;
+        }
         let over_quota = used > quota || files > INODE_QUOTA;
         if over_quota && bytes >= DISK_FLOOR && inodes >= INODE_FLOOR {
             // Free space is the whole file system's: check what the
@@ -1236,19 +1270,24 @@ async fn disk_watchdog(watch: Arc<DiskWatch>, workspace: PathBuf, stop: Stopper)
             }
         }
         if over_quota || bytes < DISK_FLOOR || inodes < INODE_FLOOR {
-            if let Ok(mut t) = watch.tripped.lock() {
-                *t = Some(used >> 20);
-            }
-            tracing::warn!(
-                used_mb = used >> 20,
-                files,
-                "an execution exceeded its disk quota; stopping it"
-            );
-            match &stop {
-                Stopper::Pid(pid) => cem_sandbox::kill(*pid),
-                Stopper::Forked(killer) => killer.kill(),
-            }
+            trip(&watch, &stop, used >> 20, files);
             return;
         }
+    }
+}
+
+/// Stops the interpreter for its disk use, noting how much it had used.
+fn trip(watch: &DiskWatch, stop: &Stopper, used_mb: u64, files: u64) {
+    if let Ok(mut t) = watch.tripped.lock() {
+        *t = Some(used_mb);
+    }
+    tracing::warn!(
+        used_mb,
+        files,
+        "an execution exceeded its disk quota; stopping it"
+    );
+    match stop {
+        Stopper::Pid(pid) => cem_sandbox::kill(*pid),
+        Stopper::Forked(killer) => killer.kill(),
     }
 }

@@ -36,6 +36,7 @@ mod mounts;
 mod probe;
 pub mod seccomp;
 mod spec;
+mod workspace_disk;
 pub mod zygote;
 
 pub use cgroup::Cgroup;
@@ -44,6 +45,7 @@ pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
 pub use spec::{Bind, Limits, Spec};
+pub use workspace_disk::{DiskError, DiskHold, WorkspaceDisk, is_mount_point};
 pub use zygote::{Forked, Priority, Zygote};
 
 use std::path::Path;

@@ -74,9 +74,12 @@ pub async fn before_call(state: &AppState, session: &Session) -> Result<(), Tool
     {
         state.catalog.skills_changed().await;
     }
+    // Files other nodes' executions wrote (each held to its own quota there).
+    let room = state.engine.hold_disk_for_host();
     cluster
         .pull_workspace(&state.tenant, &state.workspace, current.workspace)
         .await?;
+    drop(room);
     if shared_vault(session) {
         cluster.pull_vault(&session.key, &session.vault).await?;
     }

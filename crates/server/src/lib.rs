@@ -12,6 +12,7 @@ pub mod approval;
 pub mod bridge;
 pub mod cluster;
 pub mod discovery;
+mod disk_quota;
 mod forward;
 pub mod gate;
 mod handler;

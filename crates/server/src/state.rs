@@ -87,6 +87,8 @@ struct Shared<'a> {
     /// The sandbox launcher, and whether `run --no-sandbox` asked for none.
     exe: PathBuf,
     no_sandbox: bool,
+    /// Whether code runs (the workspace then gets its own file system).
+    runs_code: bool,
     manager: Arc<Manager>,
     registry: Vec<cem_catalog::Entry>,
     ranking: crate::discovery::Ranking,
@@ -104,6 +106,10 @@ struct Shared<'a> {
 pub struct RunMode {
     /// `run --no-sandbox`: trusted local scripts, no isolation.
     pub no_sandbox: bool,
+    /// The state runs code (`serve`, `run`, `exec`), so the workspace is
+    /// put on its own file system where the kernel can hold the disk
+    /// quota; a state only looked at (`tools`, `policy`) mounts nothing.
+    pub runs_code: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -211,6 +217,7 @@ impl AppState {
             tool_set,
             exe,
             no_sandbox: mode.no_sandbox,
+            runs_code: mode.runs_code,
             manager,
             registry,
             cluster: None,
@@ -242,6 +249,8 @@ impl AppState {
             tool_set: self.tool_set,
             exe: base.exe.clone(),
             no_sandbox: base.no_sandbox,
+            // Tenants are made by a serving server, for running code.
+            runs_code: true,
             manager: self.catalog.manager().clone(),
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
@@ -271,6 +280,7 @@ impl AppState {
             tool_set,
             exe,
             no_sandbox,
+            runs_code,
             manager,
             registry,
             ranking,
@@ -279,6 +289,11 @@ impl AppState {
             host,
             cluster,
         } = shared;
+        // The workspace's own file system (when the kernel holds the disk
+        // quota) is mounted before anything opens the workspace.
+        let (disk, disk_watchdog_reason) =
+            crate::disk_quota::open(&config, root, &root.join("workspace"), runs_code)
+                .map_err(StateError::Tenant)?;
         let workspace = Arc::new(Workspace::open_owned(
             &root.join("workspace"),
             config.workspace.max_file_bytes,
@@ -299,6 +314,8 @@ impl AppState {
                 (skills.root().to_path_buf(), "/skills".into()),
             ],
             no_sandbox,
+            disk,
+            disk_watchdog_reason,
         });
         let catalog = Arc::new(CatalogService::new(
             manager,

@@ -67,6 +67,7 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
                 .check_write(used, replacing, content.len() as u64)
                 .map_err(|e| ToolFailure(e.message))?;
         }
+        let _room = state.engine.hold_disk_for_host();
         Ok(state.workspace.write(&filename, content.as_bytes())?)
     })
     .await?;

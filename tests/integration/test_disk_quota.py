@@ -1,0 +1,330 @@
+"""The kernel holds the disk quota: each workspace is its own file system, and a write past the quota fails
+in the code (ENOSPC) instead of being written and then stopped. Where the host cannot (not root, no
+mkfs.ext4), `auto` falls back to the watchdog and says so; `kernel` refuses to start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from conftest import BIN, stdio_params
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("mkfs.ext4") is None,
+        reason="the workspace's own file system needs root and mkfs.ext4",
+    ),
+]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+MB = 1 << 20
+
+
+def params(data_dir: Path, tmp_path: Path, config: dict, env: dict | None = None) -> StdioServerParameters:
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps(config))
+    p = stdio_params(data_dir)
+    p.args = ["--config", str(path), *p.args]
+    if env is not None:
+        p.env = env
+    return p
+
+
+def quota_of(mb: int, **sandbox) -> dict:
+    return {"sandbox": {"disk_quota_mb": mb, **sandbox}}
+
+
+def allocated(root: Path) -> int:
+    """Bytes the files under `root` take on disk (blocks, not sizes: sparse and fallocated files count as they are)."""
+    total = 0
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def mounts_under(path: Path) -> list[str]:
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    return [p for p in points if p.startswith(str(path))]
+
+
+async def held_by(client: Client) -> dict:
+    stats = await client.call_tool("get_execution_stats", {})
+    return stats.structured_content["sandbox"]["disk_quota"]
+
+
+async def test_fallocate_past_the_quota_is_refused_at_write_time(data_dir: Path, tmp_path: Path):
+    # The watchdog let 40 x 255 MB of posix_fallocate land (10 GB) before its poll: now the first call that
+    # would pass 40 MB fails in the code, and nothing past the quota is on disk at any instant.
+    code = (
+        "import os\nmade = 0\n"
+        "try:\n"
+        "    for i in range(40):\n"
+        "        fd = os.open(f'big/{i}', os.O_CREAT | os.O_WRONLY)\n"
+        "        os.posix_fallocate(fd, 0, 255 << 20)\n"
+        "        os.close(fd)\n"
+        "        made += 1\n"
+        "except OSError as e:\n"
+        "    result = {'made': made, 'errno': e.errno}\n"
+    )
+    async with Client(params(data_dir, tmp_path, quota_of(40))) as client:
+        assert (await held_by(client))["held_by"] == "kernel"
+        await client.call_tool("execute_code", {"code": "import os\nos.mkdir('big')"})
+        answer = await client.call_tool("execute_code", {"code": code})
+        s = answer.structured_content
+        assert s["success"] and s["result"] == {"made": 0, "errno": 28}, s
+        assert allocated(data_dir / "workspace") <= 40 * MB
+        # Uncaught, the answer says which limit and what to do.
+        failed = await client.call_tool("execute_code", {"code": "open('one', 'wb').write(b'x' * (60 << 20))"})
+        f = failed.structured_content
+        assert failed.is_error and "[Errno 28]" in f["error"], f
+        assert "sandbox.disk_quota_mb" in f["note"] and "40 MB" in f["note"], f
+        ok = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
+        assert ok.structured_content["result"] == 42
+
+
+async def test_files_unlinked_while_mapped_count_against_the_quota(data_dir: Path, tmp_path: Path):
+    # Created, fallocated, mapped, closed and unlinked: no folder shows them, and the watchdog never saw
+    # the 8 GB they held. The file system counts every block it hands out.
+    code = (
+        "import os, mmap\nheld = []\n"
+        "try:\n"
+        "    for i in range(32):\n"
+        "        fd = os.open(f'g{i}', os.O_CREAT | os.O_RDWR)\n"
+        "        os.posix_fallocate(fd, 0, 255 << 20)\n"
+        "        held.append(mmap.mmap(fd, 4096))\n"
+        "        os.close(fd)\n"
+        "        os.unlink(f'g{i}')\n"
+        "    result = 'all held'\n"
+        "except OSError as e:\n"
+        "    st = os.statvfs('.')\n"
+        "    result = {'held': len(held), 'errno': e.errno}\n"
+    )
+    async with Client(params(data_dir, tmp_path, quota_of(64))) as client:
+        answer = await client.call_tool("execute_code", {"code": code})
+        assert answer.structured_content["result"] == {"held": 0, "errno": 28}, answer.structured_content
+
+
+async def test_sparse_files_and_hard_links_count_what_they_take(data_dir: Path, tmp_path: Path):
+    # A byte written 30 MB into a file takes one block; a hard link takes none. What is really written
+    # still stops at the quota. (No file may be larger than the quota: RLIMIT_FSIZE.)
+    code = (
+        "import os\n"
+        "with open('sparse', 'wb') as f:\n    f.seek(30 << 20)\n    f.write(b'x')\n"
+        "os.link('sparse', 'link')\n"
+        "size = os.path.getsize('link')\n"
+        "written = 0\n"
+        "try:\n"
+        "    with open('real', 'wb') as f:\n"
+        "        while True:\n"
+        "            f.write(b'y' * (1 << 20))\n"
+        "            f.flush()\n"
+        "            written += 1\n"
+        "except OSError as e:\n"
+        "    result = {'size': size, 'written_mb': written, 'errno': e.errno}\n"
+    )
+    async with Client(params(data_dir, tmp_path, quota_of(32))) as client:
+        answer = await client.call_tool("execute_code", {"code": code})
+        r = answer.structured_content["result"]
+        assert r is not None, answer.structured_content
+        assert r["size"] == (30 << 20) + 1 and r["errno"] == 28, answer.structured_content
+        assert 24 <= r["written_mb"] <= 32, r
+    assert allocated(data_dir / "workspace") <= 32 * MB
+
+
+async def test_each_execution_gets_its_quota_again(data_dir: Path, tmp_path: Path):
+    # The quota is per execution: what one wrote stays, and the next may add its own 20 MB.
+    write = (
+        "import os\nn = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        open(f'part{CALL}-{n}', 'wb').write(b'z' * (1 << 20))\n"
+        "        n += 1\n"
+        "except OSError:\n"
+        "    result = n\n"
+    )
+    async with Client(params(data_dir, tmp_path, quota_of(20))) as client:
+        counts = []
+        for call in range(3):
+            answer = await client.call_tool("execute_code", {"code": write.replace("CALL", str(call))})
+            counts.append(answer.structured_content["result"])
+        assert all(15 <= c <= 20 for c in counts), counts
+        # Each call's last file was made but could not be filled.
+        listed = await client.call_tool(
+            "execute_code", {"code": "import os\nresult = sum(os.path.getsize(f) == 1 << 20 for f in os.listdir('.'))"}
+        )
+        assert listed.structured_content["result"] == sum(counts)
+
+
+async def test_executions_running_together_share_one_quota(data_dir: Path, tmp_path: Path):
+    # Two executions of one workspace at once cannot add a quota each.
+    code = (
+        "import os, time\nn = 0\n"
+        "try:\n"
+        "    while n < 200:\n"
+        "        open(f'NAME-{n}', 'wb').write(b'z' * (1 << 20))\n"
+        "        n += 1\n"
+        "        time.sleep(0.01)\n"
+        "except OSError:\n"
+        "    pass\n"
+        "result = n\n"
+    )
+    async with Client(params(data_dir, tmp_path, quota_of(30))) as client:
+        results = {}
+
+        async def run(name: str):
+            answer = await client.call_tool("execute_code", {"code": code.replace("NAME", name)})
+            assert answer.structured_content["success"], answer.structured_content
+            results[name] = answer.structured_content["result"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a")
+            tg.start_soon(run, "b")
+        assert sum(results.values()) <= 30, results
+    assert allocated(data_dir / "workspace") <= 30 * MB
+
+
+async def test_the_tenant_workspace_quota_is_held_by_the_kernel_too(data_dir: Path, tmp_path: Path):
+    # quotas.workspace_bytes: an execution may add only what is left of it.
+    config = {"sandbox": {"disk_quota_mb": 1024}, "quotas": {"workspace_bytes": 24 * MB}}
+    code = (
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        open(f'w{n}', 'wb').write(b'q' * (1 << 20))\n"
+        "        n += 1\n"
+        "except OSError:\n"
+        "    result = n\n"
+    )
+    async with Client(params(data_dir, tmp_path, config)) as client:
+        first = await client.call_tool("execute_code", {"code": code})
+        assert 18 <= first.structured_content["result"] <= 24, first.structured_content
+    assert allocated(data_dir / "workspace") <= 24 * MB
+
+
+def unmount_all(data_dir: Path) -> None:
+    """What a reboot does to the server's mounts."""
+    for point in sorted(mounts_under(data_dir), key=len, reverse=True):
+        subprocess.run(["umount", point], check=True)
+
+
+async def test_a_workspace_from_before_moves_onto_its_file_system_and_stays(data_dir: Path, tmp_path: Path):
+    # Files of a workspace made before (or by the watchdog mode) move onto the image. The mounts outlive the
+    # server, so what code wrote is where the host looks for it after the server ends; after a reboot (the
+    # mounts undone) the next server mounts the image again.
+    ws = data_dir / "workspace"
+    (ws / "notes").mkdir(parents=True)
+    (ws / "notes" / "old.txt").write_text("kept")
+    config = quota_of(16)
+    async with Client(params(data_dir, tmp_path, config)) as client:
+        read = await client.call_tool("execute_code", {"code": "result = open('notes/old.txt').read()"})
+        assert read.structured_content["result"] == "kept", read.structured_content
+        await client.call_tool("execute_code", {"code": "open('new.txt', 'w').write('made inside')"})
+        assert (ws / "new.txt").read_text() == "made inside"
+        assert str(ws) in mounts_under(data_dir)
+    assert (ws / "new.txt").read_text() == "made inside"
+    unmount_all(data_dir)
+    assert not (ws / "new.txt").exists() and not (ws / "notes").exists()
+    async with Client(params(data_dir, tmp_path, config)) as client:
+        again = await client.call_tool(
+            "execute_code", {"code": "result = [open('notes/old.txt').read(), open('new.txt').read()]"}
+        )
+        assert again.structured_content["result"] == ["kept", "made inside"], again.structured_content
+
+
+def test_a_killed_servers_mounts_are_used_by_the_next(data_dir: Path, tmp_path: Path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(quota_of(16)))
+    args = [str(BIN), "--data-dir", str(data_dir), "--config", str(cfg), "--log-level", "error", "serve"]
+
+    def session(kill: bool) -> str:
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+        def send(msg):
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+        proc.stdout.readline()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        code = (
+            "import os\nopen(f'mark{len(os.listdir())}', 'w').write('x')\nmarks = sorted(os.listdir())\n"
+            "try:\n    open('big', 'wb').write(b'x' * (32 << 20))\n    errno = 0\n"
+            "except OSError as e:\n    errno = e.errno\nos.unlink('big')\nresult = [marks, errno]"
+        )
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "execute_code", "arguments": {"code": code}}})
+        answer = json.loads(proc.stdout.readline())["result"]["structuredContent"]["result"]
+        if kill:
+            proc.kill()
+        else:
+            proc.stdin.close()
+        proc.wait(timeout=20)
+        return answer
+
+    # Each server's execution is held to its 16 MB, on the mounts it made or found.
+    assert session(kill=True) == [["mark0"], 28]
+    assert len(mounts_under(data_dir)) == 2
+    assert session(kill=False) == [["mark0", "mark1"], 28]
+    assert len(mounts_under(data_dir)) == 2  # used as they were, not mounted twice
+
+
+async def test_a_workspace_on_its_image_is_never_shown_empty(data_dir: Path, tmp_path: Path):
+    # After a reboot, a server that cannot mount the image (asked for the watchdog, or without mkfs.ext4)
+    # would show an empty workspace: it refuses to start and says where the files are.
+    async with Client(params(data_dir, tmp_path, quota_of(16))) as client:
+        await client.call_tool("execute_code", {"code": "open('precious.txt', 'w').write('x')"})
+    unmount_all(data_dir)
+    cfg = tmp_path / "watchdog.json"
+    cfg.write_text(json.dumps(quota_of(16, disk_quota_mode="watchdog")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    proc = subprocess.run([str(BIN), "--data-dir", str(data_dir), "--config", str(cfg), "serve"],
+                          capture_output=True, text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0
+    assert "workspace.img" in proc.stderr and "watchdog" in proc.stderr, proc.stderr
+    assert mounts_under(data_dir) == []
+
+
+async def test_without_mkfs_auto_falls_back_to_the_watchdog_and_says_so(data_dir: Path, tmp_path: Path):
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # mkfs.ext4 lives in /usr/sbin
+    async with Client(params(data_dir, tmp_path, quota_of(40), env=env)) as client:
+        held = await held_by(client)
+        assert held["held_by"] == "watchdog" and "mkfs.ext4" in held["why"], held
+        ok = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
+        assert ok.structured_content["result"] == 42
+    assert mounts_under(data_dir) == []
+
+
+def test_kernel_mode_refuses_to_start_where_it_cannot_hold(data_dir: Path, tmp_path: Path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(quota_of(40, disk_quota_mode="kernel")))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    env["PATH"] = "/usr/bin:/bin"
+    proc = subprocess.run([str(BIN), "--data-dir", str(data_dir), "--config", str(cfg), "serve"],
+                          capture_output=True, text=True, timeout=30, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode != 0
+    assert "sandbox.disk_quota_mode" in proc.stderr and "mkfs.ext4" in proc.stderr, proc.stderr
+
+
+async def test_watchdog_mode_is_there_when_asked_for(data_dir: Path, tmp_path: Path):
+    async with Client(params(data_dir, tmp_path, quota_of(40, disk_quota_mode="watchdog"))) as client:
+        held = await held_by(client)
+        assert held["held_by"] == "watchdog" and "disk_quota_mode" in held["why"], held
+    assert mounts_under(data_dir) == []
