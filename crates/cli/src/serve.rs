@@ -35,6 +35,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
 
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    crate::memory::trim_periodically();
     let store_url = args
         .store_url
         .clone()

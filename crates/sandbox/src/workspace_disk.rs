@@ -109,6 +109,12 @@ impl WorkspaceDisk {
         if !uid.is_root() {
             return Err(DiskError::NotRoot(uid.as_raw()));
         }
+        if !in_initial_user_namespace() {
+            return Err(DiskError::Command(
+                "the server is root only inside a user namespace, where ext4 cannot be mounted"
+                    .into(),
+            ));
+        }
         for dir in [fs_dir, workspace] {
             std::fs::create_dir_all(dir)
                 .map_err(|e| DiskError::io(format!("cannot create {}", dir.display()), e))?;
@@ -122,16 +128,24 @@ impl WorkspaceDisk {
             tracing::debug!(path = %fs_dir.display(), "the workspace image is mounted already");
             false
         } else {
-            let grown = if image.exists() {
+            let existed = image.exists();
+            let grown = if existed {
                 grow_image(image, size)?
             } else {
                 make_image(image, size)?;
                 false
             };
-            run(Command::new("mount")
+            let mounted = run(Command::new("mount")
                 .args(["-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable"])
                 .arg(image)
-                .arg(fs_dir))?;
+                .arg(fs_dir));
+            if let Err(e) = mounted {
+                // An image made just now holds nothing: leave no trace of it.
+                if !existed {
+                    let _ = std::fs::remove_file(image);
+                }
+                return Err(e);
+            }
             if grown {
                 // A larger quota than when the image was made.
                 let device = loop_device(fs_dir)?;
@@ -267,6 +281,13 @@ impl WorkspaceDisk {
             tracing::warn!(error = %e, want, cap, "could not size the workspace's disk reserve");
         }
     }
+}
+
+/// Whether we run in the host's own user namespace (where root may mount
+/// block devices), by its identity map.
+fn in_initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map")
+        .is_ok_and(|map| map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
 }
 
 /// Whether `path` is the root of a mount (its device differs from its
