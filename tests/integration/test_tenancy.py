@@ -200,6 +200,47 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted)
     assert shares == {"alice": "1024", "bob": "1024"}, shares
 
 
+def test_each_tenant_prepares_its_sandboxes_apart_and_cgroup_moves_wait_for_no_grace_period(hosted):
+    # One preparation thread for the whole server, in one low-weight group, was starved by any tenant's busy
+    # processes and queued every pool behind a fork bomb's clean-up. And every move between cgroups waited for
+    # an RCU grace period under the kernel's cgroup mutex, which a fork bomb stretched to seconds.
+    server, alice, bob = hosted
+    group = cpu_group(server.proc.pid)
+    if group is None or not (group / "cpu.shares").exists():
+        pytest.skip("no cgroup v1 cpu controller here")
+    for who in (alice, bob):
+        assert who.call("execute_code", {"code": "result = 1"})["result"] == 1
+    tasks = Path(f"/proc/{server.proc.pid}/task")
+    deadline = time.monotonic() + 10
+    while True:
+        preparing = {}
+        for task in tasks.iterdir():
+            try:
+                if (task / "comm").read_text().strip() == "cem-prepare":
+                    preparing[task.name] = cpu_group_of(task)
+            except OSError:
+                continue
+        groups = sorted(str(g.relative_to(group)) for g in preparing.values() if g is not None)
+        wanted = [f"code-execution-mcp/tenants/token-{n}/background" for n in ("alice", "bob")]
+        if set(wanted) <= set(groups) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    # One thread per tenant (the local one warms its pool too), each in its own tenant's background group.
+    assert set(wanted) <= set(groups) and len(groups) == len(set(groups)), preparing
+    assert all(g.startswith("code-execution-mcp/tenants/") for g in groups), preparing
+    with open("/proc/self/mounts") as f:
+        favoring = [line for line in f if line.split()[2] in ("cgroup", "cgroup2") and "favordynmods" in line.split()[3]]
+    assert favoring, "no cgroup mount has favordynmods"
+
+
+def cpu_group_of(task: Path) -> Path | None:
+    for line in (task / "cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+    return None
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below `pid` (from /proc's parent links)."""
     parents: dict[int, int] = {}

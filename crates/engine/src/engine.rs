@@ -1029,6 +1029,23 @@ fn tenant_cpu(tenant: &str) -> Option<&'static CpuPriority> {
     }
 }
 
+/// Makes moving processes between cgroups wait for no RCU grace period
+/// (once per process; see [`cem_sandbox::favor_dynamic_changes`]): every
+/// sandbox is moved, and one tenant's fork bomb must not stall the others'.
+fn favor_cgroup_changes() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| match cem_sandbox::favor_dynamic_changes() {
+        cem_sandbox::Favor::AlreadyOn => {}
+        cem_sandbox::Favor::TurnedOn(at) => {
+            tracing::info!(mount = %at, "cgroup moves no longer wait for RCU grace periods (favordynmods)");
+        }
+        cem_sandbox::Favor::Off(why) => tracing::warn!(
+            reason = %why,
+            "cgroup moves wait for RCU grace periods: one sandbox's fork bomb can delay every other sandbox's start"
+        ),
+    });
+}
+
 /// Resolves the interpreter and decides how code can run here.
 fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     let cfg = &options.sandbox;
@@ -1075,6 +1092,9 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     let use_cgroups = layers
         .as_ref()
         .is_some_and(|l| l.layers.iter().any(|l| l.name == "cgroup" && l.on));
+    if use_cgroups {
+        favor_cgroup_changes();
+    }
     let launch = Launch {
         exe: options.exe.clone(),
         layout,
@@ -1085,6 +1105,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
         use_cgroups,
         disk_quota_bytes: cfg.disk_quota_mb << 20,
         disk: options.disk.clone(),
+        prepare: crate::background::Queue::new(tenant_cpu(&options.tenant)),
         extra_ro: options.extra_ro.clone(),
     };
     let zygote_off = zygote_unavailable(cfg, &mode, use_cgroups);

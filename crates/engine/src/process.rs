@@ -55,6 +55,9 @@ pub struct Launch {
     pub disk_quota_bytes: u64,
     /// The workspace's own file system, when the kernel holds the quota.
     pub disk: Option<Arc<cem_sandbox::WorkspaceDisk>>,
+    /// The tenant's background queue: preparing pooled interpreters and
+    /// clearing up used ones.
+    pub prepare: Arc<crate::background::Queue>,
     /// More read-only binds (host path, path inside).
     pub extra_ro: Vec<(PathBuf, PathBuf)>,
 }
@@ -278,7 +281,7 @@ impl Drop for Interp {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(remove_cgroup(cgroup));
+                runtime.spawn(remove_cgroup(cgroup, self.prepare.clone()));
             }
             Err(_) => drop(cgroup),
         }
@@ -289,20 +292,23 @@ impl Drop for Interp {
 /// attempt at a time with pauses between (its processes take a while to
 /// exit), so the thread that prepares every tenant's sandboxes is never
 /// held waiting; after about two seconds the last attempt waits.
-async fn remove_cgroup(cgroup: Cgroup) {
+async fn remove_cgroup(cgroup: Cgroup, queue: Arc<crate::background::Queue>) {
     let mut cgroup = Some(cgroup);
     for _ in 0..100 {
         let Some(mut c) = cgroup.take() else {
             return;
         };
-        match crate::background::run(move || if c.try_remove() { None } else { Some(c) }).await {
+        match queue
+            .run(move || if c.try_remove() { None } else { Some(c) })
+            .await
+        {
             Ok(None) | Err(_) => return,
             Ok(left) => cgroup = left,
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     if let Some(c) = cgroup {
-        let _ = crate::background::run(move || drop(c)).await;
+        let _ = queue.run(move || drop(c)).await;
     }
 }
 
@@ -316,6 +322,8 @@ pub struct Interp {
     stderr: Arc<Mutex<String>>,
     cgroup: Option<Cgroup>,
     pub memory_mb: u64,
+    /// The tenant's background queue (the cgroup is removed on it).
+    prepare: Arc<crate::background::Queue>,
 }
 
 /// The interpreter's environment (the same for a cold start and a zygote).
@@ -535,7 +543,7 @@ impl Interp {
                 .await
                 .map_err(|e| format!("the fork task failed: {e}"))??
         } else {
-            crate::background::run(prepare).await??
+            launch.prepare.run(prepare).await??
         };
         let pipes = (
             forked.stdin.take(),
@@ -596,6 +604,7 @@ impl Interp {
             stderr: tail,
             cgroup,
             memory_mb,
+            prepare: launch.prepare.clone(),
         };
         match tokio::time::timeout(READY_TIMEOUT, interp.read_message()).await {
             Ok(Ok(msg)) if msg["type"] == "ready" => Ok(interp),
@@ -888,11 +897,12 @@ impl Interp {
     /// background cpu group; a cold one already has it).
     pub fn to_foreground(&self) -> impl Future<Output = ()> + Send + 'static {
         let priority = self.child.priority();
+        let queue = self.prepare.clone();
         async move {
             let Some(priority) = priority else {
                 return;
             };
-            let moved = crate::background::run(move || priority.to_foreground()).await;
+            let moved = queue.run(move || priority.to_foreground()).await;
             if let Ok(Err(e)) = moved {
                 tracing::warn!(error = %e, "a forked sandbox keeps background CPU priority");
             }
@@ -905,7 +915,7 @@ impl Interp {
     /// that nothing else wants.
     pub async fn retire(mut self) {
         if let Some(priority) = self.child.priority() {
-            let _ = crate::background::run(move || priority.to_background()).await;
+            let _ = self.prepare.run(move || priority.to_background()).await;
         }
         self.kill().await;
         // Dropped here: its cgroup goes on the background thread (see Drop).

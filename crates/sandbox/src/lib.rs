@@ -28,6 +28,7 @@
 //! - a seccomp deny-list (see [`seccomp`]).
 
 mod cgroup;
+mod cgroup_latency;
 mod cpu_priority;
 mod interp;
 mod landlock_rules;
@@ -40,6 +41,7 @@ mod workspace_disk;
 pub mod zygote;
 
 pub use cgroup::Cgroup;
+pub use cgroup_latency::{Favor, favor_dynamic_changes};
 pub use cpu_priority::{BACKGROUND_SHARES, CpuPriority};
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
