@@ -31,6 +31,9 @@ from pathlib import Path
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_hostile import unmount_under  # noqa: E402
+
 TINY = "result = 1"
 WRITE = "open('w.bin', 'wb').write(b'x' * (64 << 20))\nimport os\nos.unlink('w.bin')\nresult = 1"
 FALLOCATE = (
@@ -142,6 +145,7 @@ async def main(binary: str, rounds: int) -> dict:
                          "ratio": round(med["kernel"] / med["watchdog"], 2)}
         for name, code in (("fallocate 40 x 255 MB", FALLOCATE), ("mapped and unlinked 32 x 255 MB", MAPPED)):
             out[name] = {mode: await attack(sessions[mode], dirs[mode], code) for mode in modes}
+    unmount_under(root)
     return out
 
 

@@ -187,6 +187,14 @@ def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: thre
 LOCK = threading.Lock()
 
 
+def unmount_under(path: Path) -> None:
+    """Undoes the workspace mounts a server run as root leaves (they outlive it on purpose)."""
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in sorted((p for p in points if p.startswith(str(path))), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -277,6 +285,7 @@ def main() -> None:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+        unmount_under(tmp)
     report: dict = {"baseline_minutes": args.baseline_minutes, "hostile_minutes": args.minutes,
                     "server_alive_after": alive}
     for name in ("baseline", "hostile"):

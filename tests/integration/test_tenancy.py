@@ -287,3 +287,30 @@ def test_an_idle_tenant_gives_its_sandboxes_back_and_comes_back_warm(tmp_path: P
         assert len(descendants(server.proc.pid)) >= 2, "the pool is warm again"
     finally:
         server.stop()
+
+
+def test_each_tenant_calls_its_own_upstream_process_and_an_idle_one_stops_it(tmp_path: Path):
+    # One process per stdio server for everyone made one tenant's 15 MB results hold the others' calls on the
+    # same pipe, and its cancellations crash the server under the others' calls ("Transport closed").
+    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_idle_seconds": 3}})
+    try:
+        def upstream_pid(who: Stateless) -> int:
+            answer = who.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})
+            assert answer["success"], answer
+            return int(json.dumps(answer["result"]).split("ok from ")[1].split('"')[0].split("\\")[0])
+
+        a, b = upstream_pid(alice), upstream_pid(bob)
+        assert a != b
+        crashed = alice.call("execute_code", {"code": "result = call_tool('fault.crash', {})"})
+        assert not crashed["success"], crashed
+        assert upstream_pid(bob) == b  # bob's process and calls are untouched
+        again = upstream_pid(alice)
+        assert again not in (a, b)  # alice's restarted for her
+        # Idle past sandbox.tenant_idle_seconds: their processes stop, and come back on the next call.
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{again}").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not Path(f"/proc/{again}").exists(), "an idle tenant's upstream process still runs"
+        assert upstream_pid(alice) not in (a, b, again)
+    finally:
+        server.stop()

@@ -198,7 +198,7 @@ async fn call(
     };
     // A server's name has no dot, and a tool's may have `__`: the dot
     // first, then `__` (`srv__read.me`) when the dot does not name a server.
-    let manager = state.catalog.manager();
+    let manager = &state.upstreams;
     let splits = [tool.split_once('.'), tool.split_once("__")];
     let Some((server, name)) = splits
         .iter()

@@ -39,6 +39,14 @@ pub struct AppState {
     pub started: Instant,
     pub engine: Arc<Engine>,
     pub catalog: Arc<CatalogService>,
+    /// The upstream connections this tenant's tool calls go through. The
+    /// local tenant's are the catalog's; every other tenant has its own
+    /// (its own process for each stdio server, started on its first call
+    /// and stopped when it idles), so one tenant's calls, huge results,
+    /// cancellations and the crashes they cause never share a process or a
+    /// pipe with another's, nor does a stateful server share one tenant's
+    /// data with another.
+    pub upstreams: Arc<Manager>,
     /// One PII vault per MCP session.
     pub vaults: Vaults,
     /// The policy, pins and audit log every upstream call passes.
@@ -90,6 +98,8 @@ struct Shared<'a> {
     /// Whether code runs (the workspace then gets its own file system).
     runs_code: bool,
     manager: Arc<Manager>,
+    /// Where this tenant's calls go: `manager` for the local tenant.
+    upstreams: Arc<Manager>,
     registry: Vec<cem_catalog::Entry>,
     ranking: crate::discovery::Ranking,
     /// The host's bound on executions at once.
@@ -218,6 +228,7 @@ impl AppState {
             exe,
             no_sandbox: mode.no_sandbox,
             runs_code: mode.runs_code,
+            upstreams: manager.clone(),
             manager,
             registry,
             cluster: None,
@@ -252,6 +263,10 @@ impl AppState {
             // Tenants are made by a serving server, for running code.
             runs_code: true,
             manager: self.catalog.manager().clone(),
+            upstreams: Arc::new(Manager::new(
+                &self.config,
+                self.data_dir.join("cache").join("tools"),
+            )),
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
             running: base.running.clone(),
@@ -282,6 +297,7 @@ impl AppState {
             no_sandbox,
             runs_code,
             manager,
+            upstreams,
             registry,
             ranking,
             running,
@@ -344,6 +360,7 @@ impl AppState {
             paused: std::sync::Mutex::new(HashMap::new()),
             engine,
             catalog,
+            upstreams,
             config,
             config_path,
             data_dir: data_dir.to_path_buf(),

@@ -7,6 +7,38 @@ use cem_auth::{LOCAL_TENANT, Principal};
 
 use crate::{AppState, StateError};
 
+/// How often a tenant's upstream processes are checked for idleness.
+const UPSTREAM_CHECK: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Stops a tenant's own upstream processes once its engine gave its
+/// sandboxes back for idleness (`sandbox.tenant_idle_seconds`): its calls
+/// come only from its executions, so none is in flight, and its next call
+/// starts them again. Ends with the tenant.
+fn release_upstreams_when_idle(state: &Arc<AppState>) {
+    let tenant = Arc::downgrade(state);
+    let every = UPSTREAM_CHECK.min(std::time::Duration::from_secs(
+        state.config.sandbox.tenant_idle_seconds,
+    ));
+    tokio::spawn(async move {
+        let mut stopped = false;
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(state) = tenant.upgrade() else {
+                return;
+            };
+            match (state.engine.parked(), stopped) {
+                (true, false) => {
+                    tracing::info!(tenant = %state.tenant, "tenant idle; stopping its upstream servers");
+                    state.upstreams.shutdown().await;
+                    stopped = true;
+                }
+                (false, true) => stopped = false,
+                _ => {}
+            }
+        }
+    });
+}
+
 /// Every tenant's state, starting with the local one.
 #[derive(Debug)]
 pub struct Tenants {
@@ -45,8 +77,19 @@ impl Tenants {
         tracing::info!(tenant = %principal.tenant, principal = %principal.name, "new tenant");
         state.engine.warm_up();
         state.catalog.watch_changes();
+        release_upstreams_when_idle(&state);
         others.insert(principal.tenant.clone(), state.clone());
         Ok(state)
+    }
+
+    /// Stops every tenant's upstream processes (the local tenant's are the
+    /// catalog's, stopped with it).
+    pub async fn shutdown_upstreams(&self) {
+        let others: Vec<_> = match self.others.lock() {
+            Ok(others) => others.values().cloned().collect(),
+            Err(_) => return,
+        };
+        futures_util::future::join_all(others.iter().map(|s| s.upstreams.shutdown())).await;
     }
 
     /// Every tenant made so far, the local one first.

@@ -272,6 +272,14 @@ pub struct Manager {
     children: crate::stdio::Children,
 }
 
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
 impl Manager {
     /// `cache_dir` holds the tool-list cache; timeouts come from the
     /// `upstream` section (a server's `timeout_seconds` overrides the call one).
