@@ -212,6 +212,10 @@ def main() -> None:
     parser.add_argument("binary")
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--baseline-minutes", type=float, default=3)
+    # sandbox.tenant_idle_seconds for the run, and how long after the hostile phase the final RSS is read:
+    # with a short idle time, after the idle tenants gave their sandboxes and upstream processes back.
+    parser.add_argument("--idle-seconds", type=int, default=600)
+    parser.add_argument("--after-seconds", type=float, default=30)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cem-soak-"))
     data = tmp / "data"
@@ -220,7 +224,7 @@ def main() -> None:
     config.write_text(json.dumps({
         "mcpServers": {"fault": {"command": str(SDK1), "args": [str(FAULT)]}},
         "auth": {"tokens": {n: token(n) for n in ORDINARY + HOSTILE}},
-        "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256},
+        "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256, "tenant_idle_seconds": args.idle_seconds},
         "quotas": {"concurrent_executions": 2},
     }))
     log = tmp / "server.log"
@@ -275,7 +279,7 @@ def main() -> None:
         for t in threads:
             t.join()
         phase["name"] = "after"
-        time.sleep(30)
+        time.sleep(args.after_seconds)
         final_rss = rss_kb(proc.pid)
         alive = proc.poll() is None
     finally:
@@ -287,6 +291,7 @@ def main() -> None:
             proc.kill()
         unmount_under(tmp)
     report: dict = {"baseline_minutes": args.baseline_minutes, "hostile_minutes": args.minutes,
+                    "tenant_idle_seconds": args.idle_seconds, "final_rss_after_seconds": args.after_seconds,
                     "server_alive_after": alive}
     for name in ("baseline", "hostile"):
         lat = out.get(name, {}).get("latencies", [])
