@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -116,6 +117,28 @@ def authed_server(data_dir: Path):
     server = start_http(data_dir, "--auth-token", "test-token-123")
     yield server
     server.stop()
+
+
+def raw_stdio_server(args: list[str]):
+    """A server on stdio spoken to in bare JSON-RPC lines, already initialized (for tests that kill it, which a
+    client library would not let them do mid-session). Gives the process and `call(id, tool, arguments)`,
+    which answers the tool's structured content."""
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def send(msg):
+        proc.stdin.write(json.dumps(msg) + "\n")
+        proc.stdin.flush()
+
+    send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    proc.stdout.readline()
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def call(id: int, tool: str, arguments: dict):
+        send({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+        return json.loads(proc.stdout.readline())["result"]["structuredContent"]
+
+    return proc, call
 
 
 def stdio_params(data_dir: Path, *extra: str):

@@ -14,7 +14,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from conftest import BIN, stdio_params
+from conftest import BIN, raw_stdio_server, stdio_params
 
 pytestmark = [
     pytest.mark.anyio,
@@ -254,24 +254,13 @@ def test_a_killed_servers_mounts_are_used_by_the_next(data_dir: Path, tmp_path: 
     args = [str(BIN), "--data-dir", str(data_dir), "--config", str(cfg), "--log-level", "error", "serve"]
 
     def session(kill: bool) -> str:
-        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-        def send(msg):
-            proc.stdin.write(json.dumps(msg) + "\n")
-            proc.stdin.flush()
-
-        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-        proc.stdout.readline()
-        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        proc, call = raw_stdio_server(args)
         code = (
             "import os\nopen(f'mark{len(os.listdir())}', 'w').write('x')\nmarks = sorted(os.listdir())\n"
             "try:\n    open('big', 'wb').write(b'x' * (32 << 20))\n    errno = 0\n"
             "except OSError as e:\n    errno = e.errno\nos.unlink('big')\nresult = [marks, errno]"
         )
-        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-              "params": {"name": "execute_code", "arguments": {"code": code}}})
-        answer = json.loads(proc.stdout.readline())["result"]["structuredContent"]["result"]
+        answer = call(2, "execute_code", {"code": code})["result"]
         if kill:
             proc.kill()
         else:

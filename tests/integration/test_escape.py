@@ -21,7 +21,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from conftest import BIN, stdio_params
+from conftest import BIN, raw_stdio_server, stdio_params
 
 pytestmark = [
     pytest.mark.anyio,
@@ -344,19 +344,10 @@ def test_sandboxes_die_with_a_killed_server(data_dir: Path, tmp_path: Path, zygo
     marker = "7777.25" if zygote else "7777.5"
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"sandbox": {"zygote": zygote}}))
-    proc = subprocess.Popen([str(BIN), "--data-dir", str(data_dir), "--config", str(config), "--log-level", "error",
-                             "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    def send(msg):
-        proc.stdin.write(json.dumps(msg) + "\n")
-        proc.stdin.flush()
-    send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-          "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
-    proc.stdout.readline()
-    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    proc, call = raw_stdio_server([str(BIN), "--data-dir", str(data_dir), "--config", str(config), "--log-level",
+                                   "error", "serve"])
     code = f"import subprocess, threading\nsubprocess.Popen(['sleep', '{marker}'])\nthreading.Thread(target=lambda: [0 for _ in iter(int, 1)]).start()\nresult = 1"
-    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-          "params": {"name": "execute_code", "arguments": {"code": code, "session_id": "orphan"}}})
-    assert json.loads(proc.stdout.readline())["result"]["structuredContent"]["result"] == 1
+    assert call(2, "execute_code", {"code": code, "session_id": "orphan"})["result"] == 1
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 10

@@ -290,7 +290,7 @@ impl Drop for Interp {
 
 /// Removes a used interpreter's cgroup on the background thread, one quick
 /// attempt at a time with pauses between (its processes take a while to
-/// exit), so the thread that prepares every tenant's sandboxes is never
+/// exit), so the thread that prepares the tenant's sandboxes is never
 /// held waiting; after about two seconds the last attempt waits.
 async fn remove_cgroup(cgroup: Cgroup, queue: Arc<crate::background::Queue>) {
     let mut cgroup = Some(cgroup);
