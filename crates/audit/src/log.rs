@@ -34,14 +34,28 @@ pub trait AuditSink: Send + Sync + std::fmt::Debug {
 }
 
 /// An append-only JSON-lines file, rotated when it reaches `max_bytes`.
-#[derive(Debug)]
 pub struct AuditLog {
     path: PathBuf,
     max_bytes: u64,
     keep: u32,
     file: Mutex<Option<File>>,
     sink: std::sync::OnceLock<std::sync::Arc<dyn AuditSink>>,
+    scrub: std::sync::OnceLock<Scrub>,
 }
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog")
+            .field("path", &self.path)
+            .field("max_bytes", &self.max_bytes)
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What removes the host's own secrets (config credentials) from a record
+/// before it is written or shared.
+pub type Scrub = std::sync::Arc<dyn Fn(&mut Value) + Send + Sync>;
 
 impl AuditLog {
     /// The log at `path` (its directory is made on the first write).
@@ -53,7 +67,14 @@ impl AuditLog {
             keep: keep.max(1),
             file: Mutex::new(None),
             sink: std::sync::OnceLock::new(),
+            scrub: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Runs `scrub` on every record appended from now on, before it is
+    /// written or sent anywhere (once).
+    pub fn scrub_with(&self, scrub: Scrub) {
+        let _ = self.scrub.set(scrub);
     }
 
     /// Sends every record appended from now on to `sink` as well (once).
@@ -79,6 +100,9 @@ impl AuditLog {
             record.extend(fields);
         }
         let mut record = Value::Object(record);
+        if let Some(scrub) = self.scrub.get() {
+            scrub(&mut record);
+        }
         redact_value(&mut record);
         if let Some(sink) = self.sink.get() {
             sink.record(&record);

@@ -100,6 +100,12 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         checks.push(fresh_sandbox_check(config, &dir));
     }
 
+    // A check may quote the config (a command, a URL): never its secrets.
+    if let Some(config) = &config {
+        for c in &mut checks {
+            c.detail = config.secrets.redact(&c.detail).into_owned();
+        }
+    }
     let failed = checks.iter().any(|c| c.status == Status::Fail);
     if args.json {
         let report: Vec<_> = checks

@@ -1,6 +1,23 @@
 //! Logging to stderr: stdout belongs to the MCP protocol in stdio mode.
+//!
+//! Every line passes through the config's [`cem_config::Redactor`] once
+//! the config is read ([`hide_secrets`]): an upstream's error that quotes
+//! its command line or URL must not put a `${VAR}` value into a log file.
+
+use std::io::Write;
+use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
+
+static SECRETS: OnceLock<cem_config::Redactor> = OnceLock::new();
+
+/// Removes `secrets` from every log line written from now on.
+pub fn hide_secrets(secrets: &cem_config::Redactor) {
+    if !secrets.is_empty() {
+        let _ = SECRETS.set(secrets.clone());
+    }
+}
 
 pub fn init(level: &str) {
     // rmcp logs every handshake at info; keep it quiet unless asked for.
@@ -15,7 +32,43 @@ pub fn init(level: &str) {
     });
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(Scrubbed)
         .with_ansi(false)
         .init();
+}
+
+/// Hands each event a buffer, written to stderr without secrets when the
+/// event is done (one event, one write).
+struct Scrubbed;
+
+impl<'a> MakeWriter<'a> for Scrubbed {
+    type Writer = Line;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Line(Vec::new())
+    }
+}
+
+struct Line(Vec<u8>);
+
+impl Write for Line {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.0);
+        let text = match SECRETS.get() {
+            Some(secrets) => secrets.redact(&text).into_owned(),
+            None => text.into_owned(),
+        };
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    }
 }

@@ -29,6 +29,7 @@ pub fn load_config(cli: &Cli) -> Result<Loaded, ConfigError> {
         });
     };
     let parsed = cem_config::load_file(&found.path)?;
+    crate::logging::hide_secrets(&parsed.config.secrets);
     for warning in &parsed.warnings {
         tracing::warn!(file = %found.path.display(), "{warning}");
     }

@@ -40,6 +40,17 @@ impl std::fmt::Display for ExpandError {
 
 /// Expands every `${...}` in `input` using `lookup`.
 pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
+    expand_noting(input, lookup, &mut |_, _| {})
+}
+
+/// [`expand`], telling `noted` each variable's name and the value it put
+/// in (defaults too): what came from the environment is kept out of what
+/// the server says (see [`crate::Redactor`]).
+pub fn expand_noting(
+    input: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    noted: &mut dyn FnMut(&str, &str),
+) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(input.len());
     let mut rest = input;
     while let Some(start) = rest.find("${") {
@@ -63,8 +74,14 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<St
             lookup(name).filter(|v| !v.is_empty() || default.is_none()),
             default,
         ) {
-            (Some(value), _) => out.push_str(&value),
-            (None, Some(default)) => out.push_str(default),
+            (Some(value), _) => {
+                noted(name, &value);
+                out.push_str(&value)
+            }
+            (None, Some(default)) => {
+                noted(name, default);
+                out.push_str(default)
+            }
             (None, None) => return Err(ExpandError::Unset(name.to_string())),
         }
         rest = &after[end + 1..];

@@ -15,6 +15,7 @@ pub mod expand;
 pub mod locate;
 mod model;
 mod parse;
+mod redact;
 mod requirement;
 mod secret;
 mod unique;
@@ -29,6 +30,7 @@ pub use model::{
     PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
+pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential};
 pub use requirement::{Requirement, normalize as normalize_package};
 pub use secret::Secret;
 

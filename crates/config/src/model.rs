@@ -30,6 +30,9 @@ pub struct Config {
     pub quotas: crate::QuotaConfig,
     /// Where state shared between nodes lives (`store`).
     pub store: crate::StoreConfig,
+    /// The values above that must never leave the host: what `${VAR}`
+    /// gave, upstream `env` and `headers`, URL passwords, tokens.
+    pub secrets: crate::Redactor,
 }
 
 /// The `search` section.

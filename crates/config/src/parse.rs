@@ -10,11 +10,12 @@ use crate::access::{
     Ability, AuthConfig, DEFAULT_ALGORITHMS, KNOWN_ALGORITHMS, OAuthConfig, QuotaConfig,
     StoreConfig,
 };
-use crate::expand::expand;
+use crate::expand::expand_noting;
 use crate::model::{
     AuditConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig,
     SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
+use crate::redact::{SecretValues, names_a_credential};
 use crate::{ConfigError, Problem, Requirement, Secret};
 use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
 
@@ -58,6 +59,7 @@ pub fn parse_str(
         lenient: false,
         problems: Vec::new(),
         warnings: Vec::new(),
+        expansions: Vec::new(),
     };
     let config = cx.root(&root);
     if cx.problems.is_empty() {
@@ -79,6 +81,8 @@ struct Cx<'a> {
     lenient: bool,
     problems: Vec<Problem>,
     warnings: Vec<Problem>,
+    /// Each `${VAR}` expanded so far: its name and the value it gave.
+    expansions: Vec<(String, String)>,
 }
 
 impl Cx<'_> {
@@ -130,7 +134,45 @@ impl Cx<'_> {
             }
         }
         self.rules_name_configured_servers(&config);
+        config.secrets = self.secrets(&config);
         config
+    }
+
+    /// Everything in `config` that must not leave the host (see
+    /// [`crate::Redactor`]).
+    fn secrets(&self, config: &Config) -> crate::Redactor {
+        let mut v = SecretValues::default();
+        for (name, value) in &self.expansions {
+            v.add(value, names_a_credential(name));
+        }
+        for server in config.servers.values() {
+            match &server.transport {
+                Transport::Stdio {
+                    command, args, env, ..
+                } => {
+                    v.add_keys_in(command);
+                    args.iter().for_each(|a| v.add_keys_in(a));
+                    for (key, value) in env {
+                        v.add(value.expose(), names_a_credential(key));
+                    }
+                }
+                Transport::Http { url, headers } | Transport::Sse { url, headers } => {
+                    v.add_url(url);
+                    for (name, value) in headers {
+                        v.add_header(name, value.expose());
+                    }
+                }
+            }
+        }
+        for token in config.auth.tokens.values() {
+            v.add(token.expose(), true);
+        }
+        if let Some(store) = &config.store.url
+            && let Ok(url) = url::Url::parse(store.expose())
+        {
+            v.add_url(&url);
+        }
+        v.compile()
     }
 
     /// A rule or budget for a server that is not configured applies to
@@ -1026,7 +1068,12 @@ impl Cx<'_> {
     /// A string with `${VAR}` expanded.
     fn expanded(&mut self, key: &str, value: &Value) -> Option<String> {
         let raw = self.string(key, value)?;
-        match expand(&raw, self.lookup) {
+        let mut noted = Vec::new();
+        let expanded = expand_noting(&raw, self.lookup, &mut |name, value| {
+            noted.push((name.to_string(), value.to_string()))
+        });
+        self.expansions.extend(noted);
+        match expanded {
             Ok(s) => Some(s),
             Err(e) if self.lenient => {
                 self.warn(

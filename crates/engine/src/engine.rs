@@ -1017,8 +1017,10 @@ impl Engine {
 }
 
 /// The cpu priority groups of `tenant`'s sandboxes: its own (so tenants
-/// weigh the same whatever each runs), else the server's, else none.
-fn tenant_cpu(tenant: &str) -> Option<&'static CpuPriority> {
+/// weigh the same whatever each runs), else the server's, else none. The
+/// host puts the tenant's upstream processes and the blocking work it does
+/// for the tenant there too.
+pub fn tenant_cpu(tenant: &str) -> Option<&'static CpuPriority> {
     let server = CpuPriority::get().ok()?;
     match server.tenant(tenant) {
         Ok(groups) => Some(groups),

@@ -24,7 +24,10 @@ mod written;
 
 pub use answer::ExecAnswer;
 pub use bridge::{BoxFuture, Bridge, CallError};
-pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode};
+pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode, tenant_cpu};
+/// For the fuzz targets: how the runtime's output is decoded.
+#[doc(hidden)]
+pub use process::decode_output;
 pub use sessions::SessionTable;
 pub use tokens::count as count_tokens;
 

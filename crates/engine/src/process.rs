@@ -202,6 +202,21 @@ impl Lines {
     }
 }
 
+/// For the fuzz targets: the messages an exchange reads from `output` (the
+/// runtime's stdout), each with its size as the host-request limit counts
+/// it, decoded by `Lines` exactly as from a real interpreter. Reading
+/// stops at the end of `output`, or where a read would wait.
+#[doc(hidden)]
+pub fn decode_output(output: Reader) -> Vec<(Result<Value, String>, usize)> {
+    use futures_util::FutureExt;
+    let mut lines = Lines::new(output);
+    let mut decoded = Vec::new();
+    while let Some(Some(item)) = lines.next().now_or_never() {
+        decoded.push((item, lines.last_len));
+    }
+    decoded
+}
+
 /// The process behind an interpreter: a launcher we spawned (cold start),
 /// or a child the zygote forked. Dropping it kills the sandbox either way.
 enum Proc {

@@ -56,6 +56,19 @@ pub fn field(key: &str, value: &str) -> bool {
     SECRET_KEY.is_match(key) && !value.contains(char::is_whitespace) && looks_secret(value)
 }
 
+/// A token (`[SECRET_1]`) or a redaction mark (`[redacted]`) stands for a
+/// value and is none itself: tokenizing it again would give the model a
+/// token for a token (code in automatic mode holds tokens, and returns
+/// them in fields named `password`).
+fn placeholder(v: &str) -> bool {
+    v.len() > 2
+        && v.starts_with('[')
+        && v.ends_with(']')
+        && v[1..v.len() - 1]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 pub fn find(text: &str, found: &mut Vec<Entity>) {
     let mut push = |start, end| found.push(Entity::new(Kind::Secret, start, end));
     for m in PREFIXED.find_iter(text) {
@@ -87,7 +100,7 @@ pub fn find(text: &str, found: &mut Vec<Entity>) {
 /// identifier (`self.token`, `process.env.API_KEY`), not a template
 /// (`${TOKEN}`, `%s`), not a placeholder, and with some mix of characters.
 fn looks_secret(v: &str) -> bool {
-    if v.len() < 8 || v.contains('$') || format_spec(v) {
+    if v.len() < 8 || v.contains('$') || format_spec(v) || placeholder(v) {
         return false;
     }
     let identifier = |s: &str| {
@@ -180,6 +193,19 @@ mod tests {
         );
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
         assert_eq!(secrets(&format!("jwt {jwt}")), [jwt]);
+    }
+
+    #[test]
+    fn a_token_or_a_redaction_mark_is_no_secret() {
+        for clean in [
+            r#"{"password": "[SECRET_1]"}"#,
+            "DB_PASSWORD: [redacted]",
+            "api_key=[SECRET_12]",
+        ] {
+            assert_eq!(secrets(clean), Vec::<&str>::new(), "{clean}");
+        }
+        assert!(!super::field("SERVICE_API_KEY", "[SECRET_2]"));
+        assert!(super::field("SERVICE_API_KEY", "[SECRET_2]x9Kd8e"));
     }
 
     #[test]

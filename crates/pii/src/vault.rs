@@ -200,11 +200,18 @@ impl Vault {
     /// Replaces this vault's tokens in `text` with their values; other
     /// token-shaped strings stay as they are and are listed.
     pub fn restore(&self, text: &str) -> Restored {
+        self.restore_where(text, |_| true)
+    }
+
+    /// [`Vault::restore`] for the tokens whose value `allowed` accepts;
+    /// the others stay tokens (and are not listed as unknown).
+    pub fn restore_where(&self, text: &str, allowed: impl Fn(&str) -> bool) -> Restored {
         let mut restored = 0;
         let mut unknown = Vec::new();
         let out = TOKEN.replace_all(text, |c: &regex::Captures| {
             let token = &c[0];
             match self.by_token.get(token) {
+                Some(value) if !allowed(value) => token.to_string(),
                 Some(value) => {
                     restored += 1;
                     value.clone()

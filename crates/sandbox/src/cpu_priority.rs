@@ -163,6 +163,43 @@ impl CpuPriority {
         Ok(groups)
     }
 
+    /// Makes every process `cmd` starts begin its life in this group's
+    /// foreground (the tenant's weight), before it runs anything, so all it
+    /// forks is counted there too: a tenant's upstream servers share its
+    /// weight instead of weighing as much as a whole tenant each. The group
+    /// is opened here, in the parent; the child only writes `0` into it
+    /// (async-signal-safe). Err (and nothing changed) when it cannot be
+    /// opened.
+    #[allow(unsafe_code)]
+    pub fn start_in_foreground(&self, cmd: &mut std::process::Command) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        let procs = fs::OpenOptions::new()
+            .write(true)
+            .open(&self.foreground)
+            .map_err(|e| format!("cannot open {}: {e}", self.foreground.display()))?;
+        // SAFETY: the hook runs between fork and exec and only writes two
+        // bytes to a file opened before the fork; a failed write leaves the
+        // process where it was, at the server's weight, which is no worse
+        // than before this hook existed.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = (&procs).write(b"0");
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
+    /// Moves the calling thread (only it) to this group's foreground, for
+    /// host work done on a tenant's behalf; [`CpuPriority::join_thread`] on
+    /// the server's groups moves it back.
+    pub fn join_thread(&self) -> Result<(), String> {
+        let tasks = self.foreground.with_file_name("tasks");
+        fs::write(&tasks, nix::unistd::gettid().to_string())
+            .map_err(|e| format!("cannot move this thread into {}: {e}", tasks.display()))
+    }
+
     /// Moves process `pid` to the server's own cpu cgroup (full priority).
     pub fn to_foreground(&self, pid: u32) -> Result<(), String> {
         write_pid(&self.foreground, pid)

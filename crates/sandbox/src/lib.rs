@@ -25,7 +25,8 @@
 //!   environment and no inherited fds but stdin, stdout and stderr;
 //! - Landlock (writes only to the workspace, /tmp and /dev/shm; signals and
 //!   abstract unix sockets scoped to the sandbox);
-//! - a seccomp deny-list (see [`seccomp`]).
+//! - a seccomp filter: syscalls newer than the reviewed table refused, a
+//!   deny-list below it (see [`seccomp`]).
 
 mod cgroup;
 mod cgroup_latency;

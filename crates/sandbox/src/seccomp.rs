@@ -1,6 +1,14 @@
-//! The seccomp deny-list. Everything not listed is allowed: the program is
-//! a full CPython, and an allow-list would break parts of the standard
-//! library; the namespaces and Landlock do the confining, seccomp removes
+//! The seccomp filter: an allow-list by range with a deny-list inside it.
+//!
+//! Syscalls up to [`REVIEWED_THROUGH`] (the kernel table this list was
+//! reviewed against) are allowed unless [`DENIED`] or a conditional rule
+//! (sockets, namespace clones, TIOCSTI) refuses them: the program is a full
+//! CPython, and naming each of the ~340 calls it may make would break parts
+//! of the standard library for no gain, since each was looked at. Every
+//! number above it is refused with ENOSYS, as a kernel that predates it
+//! would answer (libc falls back where it has a fallback): a syscall a new
+//! kernel adds reaches no sandbox until someone has reviewed it and moved
+//! the line. The namespaces and Landlock do the confining; seccomp removes
 //! the kernel surface a confined process has no business touching.
 
 use std::collections::BTreeMap;
@@ -11,6 +19,20 @@ use seccompiler::{
 };
 
 use crate::SandboxError;
+
+/// The highest syscall number reviewed (the generic table, which x86_64
+/// and aarch64 share from 424 on): `landlock_restrict_self`, Linux 5.13.
+/// The Landlock calls (444 to 446) stay open: a sandbox's start applies its
+/// own rules with them, and a process can only narrow itself with them.
+/// `quotactl_fd` (443) is [`DENIED`]. Numbers above (`memfd_secret`,
+/// `futex_waitv`, `cachestat`, `fchmodat2`, `map_shadow_stack`,
+/// `statmount`, `listmount`, `mseal`, the `*xattrat` calls,
+/// `open_tree_attr`, `file_getattr`, `file_setattr`, and whatever comes
+/// next) answer ENOSYS.
+pub const REVIEWED_THROUGH: u32 = 446;
+
+/// The kernel release whose table ends at [`REVIEWED_THROUGH`], for `doctor`.
+pub const REVIEWED_KERNEL: &str = "Linux 5.13";
 
 /// Syscalls refused outright with EPERM.
 pub const DENIED: &[(&str, i64)] = &[
@@ -52,6 +74,7 @@ pub const DENIED: &[(&str, i64)] = &[
     ("open_tree", libc::SYS_open_tree),
     ("mount_setattr", libc::SYS_mount_setattr),
     ("quotactl", libc::SYS_quotactl),
+    ("quotactl_fd", libc::SYS_quotactl_fd),
     ("settimeofday", libc::SYS_settimeofday),
     ("clock_settime", libc::SYS_clock_settime),
     ("clock_adjtime", libc::SYS_clock_adjtime),
@@ -213,13 +236,55 @@ fn build_for(allow_inet: bool, zygote: bool) -> Result<Vec<BpfProgram>, SandboxE
         arch()?,
     )
     .map_err(|e| SandboxError::Seccomp(e.to_string()))?;
-    let mut programs: Vec<BpfProgram> = [deny, enosys]
-        .into_iter()
-        .map(|f| BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp(e.to_string())))
-        .collect::<Result<_, _>>()?;
+    // Installed first: on a tie between two ERRNO answers the filter
+    // installed last wins, so a listed syscall above the line (memfd_secret)
+    // keeps its EPERM.
+    let mut programs = vec![newer_than_reviewed()];
+    for f in [deny, enosys] {
+        programs.push(BpfProgram::try_from(f).map_err(|e| SandboxError::Seccomp(e.to_string()))?);
+    }
     #[cfg(target_arch = "x86_64")]
     programs.push(x32_guard());
     Ok(programs)
+}
+
+/// Every syscall number above [`REVIEWED_THROUGH`] answers ENOSYS (the x32
+/// range too, which [`x32_guard`], installed later, answers EPERM).
+fn newer_than_reviewed() -> BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JGT_K: u16 = 0x05 | 0x20; // BPF_JMP | BPF_JGT | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+    vec![
+        // A = seccomp_data.nr
+        sock_filter {
+            code: LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // if A > REVIEWED_THROUGH fall through to ENOSYS, else skip to ALLOW
+        sock_filter {
+            code: JGT_K,
+            jt: 0,
+            jf: 1,
+            k: REVIEWED_THROUGH,
+        },
+        sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        },
+        sock_filter {
+            code: RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ALLOW,
+        },
+    ]
 }
 
 /// On x86_64, syscall numbers with bit 30 set are the x32 ABI: the same
@@ -286,8 +351,62 @@ mod tests {
     #[test]
     fn filters_compile_for_this_architecture() {
         let programs = super::build(false).map_err(|e| e.to_string());
-        let expected = if cfg!(target_arch = "x86_64") { 3 } else { 2 };
+        let expected = if cfg!(target_arch = "x86_64") { 4 } else { 3 };
         assert_eq!(programs.map(|p| p.len()), Ok(expected));
+    }
+
+    #[test]
+    fn nothing_above_the_reviewed_table_reaches_the_kernel() {
+        let Ok(programs) = super::build(false) else {
+            panic!("filters must compile");
+        };
+        let stack: Vec<&[sock_filter]> = programs.iter().map(Vec::as_slice).collect();
+        let allow = 0x7fff_0000;
+        let enosys = 0x0005_0000 | libc::ENOSYS as u32;
+        let eperm = 0x0005_0000 | libc::EPERM as u32;
+        // quotactl_fd, memfd_secret, futex_waitv, fchmodat2, statmount, listmount,
+        // mseal, setxattrat, removexattrat, open_tree_attr, file_getattr,
+        // file_setattr, and numbers no kernel has yet.
+        for nr in [
+            443,
+            447,
+            449,
+            452,
+            457,
+            458,
+            462,
+            463,
+            466,
+            467,
+            468,
+            469,
+            470,
+            600,
+            0x3fff_ffff,
+        ] {
+            let got = stacked(&stack, &data(nr, [0; 6]));
+            assert!(got == enosys || got == eperm, "syscall {nr}: {got:#x}");
+        }
+        // memfd_secret stays EPERM, as listed.
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(
+            stacked(&stack, &data(libc::SYS_memfd_secret as u32, [0; 6])),
+            eperm
+        );
+        // What CPython lives on is untouched, up to the line itself.
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_openat,
+            libc::SYS_mmap,
+            libc::SYS_futex,
+            libc::SYS_close_range,
+            libc::SYS_faccessat2,
+            libc::SYS_epoll_pwait2,
+            libc::SYS_landlock_create_ruleset,
+            libc::SYS_landlock_restrict_self,
+        ] {
+            assert_eq!(stacked(&stack, &data(nr as u32, [0; 6])), allow, "{nr}");
+        }
     }
 
     use seccompiler::sock_filter;
@@ -434,8 +553,10 @@ mod tests {
             panic!("filters must compile");
         };
         assert_eq!(code.len(), zygote.len());
+        // The same line for newer syscalls.
+        assert_eq!(code[0], zygote[0]);
         // Fewer denied syscalls, one conditional rule added: a shorter program.
-        assert!(zygote[0].len() < code[0].len());
-        assert_eq!(code[1..], zygote[1..]);
+        assert!(zygote[1].len() < code[1].len());
+        assert_eq!(code[2..], zygote[2..]);
     }
 }

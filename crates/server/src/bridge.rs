@@ -15,6 +15,12 @@ use crate::gate::Execution;
 use crate::privacy::{self, Session};
 use cem_pii::Kind;
 
+/// Why code cannot turn tokens back into values in automatic mode.
+const DETOKENIZE_IN_AUTO: &str = "detokenize_pii is not available with pii.mode \"auto\": code works on \
+     tokens and never holds the real values. Pass the tokens to a tool (call_tool or a wrapper): the host \
+     puts the real values back for the tools pii.restore_to allows. detokenize_pii(text, tokens) with the \
+     mapping tokenize_pii gave still works, and pii.mode \"manual\" gives code the vault.";
+
 /// The most text one tokenize_pii / detokenize_pii call takes from code.
 const MAX_PII_TEXT: usize = 1 << 20;
 /// Binary content above this many bytes is written to the workspace.
@@ -44,7 +50,25 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         let exec = self.exec.clone();
-        Box::pin(async move { call(&state, &session, &exec, &tool, arguments).await })
+        Box::pin(async move {
+            // Nothing of the config's credentials reaches the code: the
+            // manager removed them from the tool's answer and its errors;
+            // an error may also quote the gate's words, so those are looked
+            // at again here.
+            let secrets = &state.config.secrets;
+            let answer = match call(&state, &session, &exec, &tool, arguments).await {
+                Ok(value) => Ok(value),
+                Err(mut e) => {
+                    e.message = secrets.redact_credentials(&e.message).into_owned();
+                    Err(e)
+                }
+            };
+            if privacy::automatic(&state.config.pii) {
+                for_code(&state, &session, &exec, answer).await
+            } else {
+                answer
+            }
+        })
     }
 
     fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
@@ -98,7 +122,11 @@ impl Bridge for ToolBridge {
         let host = self.state.host.clone();
         // Detection is CPU work: off the async workers, within the
         // tenant's share of the host's threads.
-        Box::pin(async move { host.run(move || pii(&session, &arguments)).await? })
+        let automatic = privacy::automatic(&self.state.config.pii);
+        Box::pin(async move {
+            host.run(move || pii(&session, &arguments, automatic))
+                .await?
+        })
     }
 }
 
@@ -155,8 +183,63 @@ async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String
     }
 }
 
+/// A tool's answer as code may hold it in automatic mode: personal data as
+/// the session's tokens, the result and an error's words alike. Code never
+/// holds a real value there, so none can reach the model through what it
+/// returns however it transforms it; the host restores the tokens in the
+/// arguments of the next tool call, for the tools `pii.restore_to` allows.
+/// Detection is CPU work: it runs within the tenant's share of the host.
+async fn for_code(
+    state: &Arc<AppState>,
+    session: &Session,
+    exec: &Execution,
+    answer: Result<Value, CallError>,
+) -> Result<Value, CallError> {
+    let vault = session.vault.clone();
+    let kinds = state.config.pii.types.clone();
+    let (server, tool) = match &answer {
+        Err(e) => (e.server.clone(), e.tool.clone()),
+        Ok(_) => Default::default(),
+    };
+    let tokenized = state
+        .host
+        .run(move || {
+            let mut counts = std::collections::BTreeMap::new();
+            let answer = match answer {
+                Ok(mut value) => {
+                    privacy::tokenize_value(&vault, &mut value, &kinds, &mut counts);
+                    Ok(value)
+                }
+                Err(mut e) => {
+                    let shown = cem_pii::tokenize_shared(&vault, &e.message, &kinds);
+                    counts = shown.counts;
+                    e.message = shown.text;
+                    Err(e)
+                }
+            };
+            (answer, counts)
+        })
+        .await;
+    match tokenized {
+        Ok((answer, counts)) => {
+            if let Ok(mut all) = exec.tokenized.lock() {
+                for (kind, n) in counts {
+                    *all.entry(kind).or_insert(0) += n;
+                }
+            }
+            answer
+        }
+        // The answer cannot be shown without its personal data checked.
+        Err(why) => Err(CallError {
+            server,
+            tool,
+            message: format!("the tool's answer could not be checked for personal data ({why})"),
+        }),
+    }
+}
+
 /// tokenize_pii / detokenize_pii from code, with the session's vault.
-fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
+fn pii(session: &Session, arguments: &Value, automatic: bool) -> Result<Value, String> {
     let text = arguments["text"].as_str().ok_or("text must be a string")?;
     if text.len() > MAX_PII_TEXT {
         return Err(format!(
@@ -179,6 +262,7 @@ fn pii(session: &Session, arguments: &Value) -> Result<Value, String> {
             }
             Ok(json!({"text": out.text, "tokens": tokens}))
         }
+        Some("detokenize") if automatic => Err(DETOKENIZE_IN_AUTO.into()),
         Some("detokenize") => Ok(json!({"text": session.vault().restore(text).text})),
         _ => Err("op must be tokenize or detokenize".into()),
     }

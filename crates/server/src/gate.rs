@@ -91,6 +91,9 @@ pub struct Execution {
     /// Where the progress the upstream servers report for this execution's
     /// calls goes (the client asked for progress).
     pub progress: Option<cem_upstream::ProgressFn>,
+    /// Personal data in tool answers turned into tokens before the code saw
+    /// it, by kind (automatic mode): the answer's `pii` counts it.
+    pub tokenized: Mutex<std::collections::BTreeMap<cem_pii::Kind, usize>>,
 }
 
 impl Execution {
@@ -120,6 +123,7 @@ impl Execution {
             asking: tokio::sync::Mutex::new(()),
             paused: PauseClock::default(),
             progress: None,
+            tokenized: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 

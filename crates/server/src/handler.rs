@@ -680,6 +680,22 @@ impl McpHandler {
     }
 
     fn result(&self, name: &str, outcome: tools::Answer) -> CallToolResult {
+        // The last look before the model: no config credential passes,
+        // whichever way it came.
+        let secrets = &self.tenants.local().config.secrets;
+        let outcome = match outcome {
+            tools::Answer::Plain(Ok(mut answer)) => {
+                secrets.redact_json(&mut answer);
+                tools::Answer::Plain(Ok(answer))
+            }
+            tools::Answer::Plain(Err(failure)) => tools::Answer::Plain(Err(tools::ToolFailure(
+                secrets.redact_credentials(&failure.0).into_owned(),
+            ))),
+            tools::Answer::Flagged { mut body, is_error } => {
+                secrets.redact_json(&mut body);
+                tools::Answer::Flagged { body, is_error }
+            }
+        };
         match outcome {
             tools::Answer::Plain(Ok(answer)) => CallToolResult::structured(answer),
             tools::Answer::Plain(Err(failure)) => {

@@ -5,14 +5,24 @@
 //! stalled every other tenant.
 //!
 //! Each tenant runs at most [`PER_TENANT`] such jobs at once, and the
-//! server at most one per core for all tenants; both queues are first come,
+//! server a bounded number for all tenants (one per core, or more where
+//! each job runs at its tenant's cpu weight); both queues are first come,
 //! first served, so a tenant waits behind its own backlog, not others'. A
 //! job keeps its permits until it ends, even when whoever asked has stopped
 //! waiting (an execution that timed out): what runs is always counted.
+//!
+//! While it runs, the job's thread sits in the tenant's cpu group (when
+//! there is one), so what the host does for a tenant weighs on that
+//! tenant's share of the CPU, not on every tenant's.
 
 use std::sync::Arc;
 
+use cem_sandbox::CpuPriority;
 use tokio::sync::Semaphore;
+
+/// Blocking jobs per core the server runs at once when each runs in its
+/// tenant's cpu group.
+pub const WEIGHTED_JOBS_PER_CORE: usize = 8;
 
 /// Blocking jobs one tenant may run at once.
 pub const PER_TENANT: usize = 1;
@@ -22,13 +32,26 @@ pub const PER_TENANT: usize = 1;
 pub struct HostWork {
     tenant: Arc<Semaphore>,
     server: Arc<Semaphore>,
+    /// The tenant's cpu group and the server's, to move the job's thread
+    /// into and back out of.
+    cpu: Option<(&'static CpuPriority, &'static CpuPriority)>,
 }
 
 impl HostWork {
-    /// The bound every tenant of one server shares: one job per core.
-    pub fn server_bound() -> Arc<Semaphore> {
+    /// The bound every tenant of one server shares. Without cpu groups,
+    /// one job per core: a job then takes the CPU from everyone, and a
+    /// tenant past its share must wait for a permit. With cpu groups
+    /// (`weighted`), each job runs at its tenant's weight, so the kernel
+    /// shares the cores and the bound only caps threads: a quiet tenant's
+    /// small job starts at once beside two hostile tenants' long ones
+    /// instead of queueing behind them.
+    pub fn server_bound(weighted: bool) -> Arc<Semaphore> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        Arc::new(Semaphore::new(cores))
+        Arc::new(Semaphore::new(if weighted {
+            (cores * WEIGHTED_JOBS_PER_CORE).max(16)
+        } else {
+            cores
+        }))
     }
 
     /// A new tenant's share of `server`.
@@ -36,6 +59,21 @@ impl HostWork {
         Self {
             tenant: Arc::new(Semaphore::new(PER_TENANT)),
             server,
+            cpu: None,
+        }
+    }
+
+    /// The same, its jobs run in `tenant`'s cpu group (when the server has
+    /// cpu groups; else as [`HostWork::new`]).
+    pub fn for_tenant(server: Arc<Semaphore>, tenant: &str) -> Self {
+        let cpu = CpuPriority::get()
+            .ok()
+            .zip(cem_engine::tenant_cpu(tenant))
+            .map(|(server, tenant)| (tenant, server))
+            .filter(|(tenant, server)| !std::ptr::eq(*tenant, *server));
+        Self {
+            cpu,
+            ..Self::new(server)
         }
     }
 
@@ -53,8 +91,14 @@ impl HostWork {
         let closed = |_| "the server is shutting down".to_string();
         let mine = self.tenant.clone().acquire_owned().await.map_err(closed)?;
         let all = self.server.clone().acquire_owned().await.map_err(closed)?;
+        let cpu = self.cpu;
         tokio::task::spawn_blocking(move || {
+            // A thread that could not move runs at the server's weight.
+            let moved = cpu.is_some_and(|(tenant, _)| tenant.join_thread().is_ok());
             let out = work();
+            if moved && let Some((_, server)) = cpu {
+                let _ = server.join_thread();
+            }
             drop((mine, all));
             out
         })

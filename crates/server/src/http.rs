@@ -81,7 +81,7 @@ pub async fn serve_http(
         })?;
     let bound = listener.local_addr()?;
 
-    let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    let mut hosts: Vec<String> = Vec::new();
     if !bound.ip().is_unspecified() {
         hosts.push(bound.ip().to_string());
     }
@@ -99,12 +99,6 @@ pub async fn serve_http(
         hosts.push(host);
     }
     hosts.extend(options.allowed_hosts.iter().cloned());
-    let mut origins: Vec<String> = vec![
-        "http://localhost:*".into(),
-        "http://127.0.0.1:*".into(),
-        "http://[::1]:*".into(),
-    ];
-    origins.extend(options.allowed_origins.iter().cloned());
 
     // A write of max_file_bytes must fit in one request, JSON escaping
     // included (up to 6 bytes a byte for control characters).
@@ -112,12 +106,12 @@ pub async fn serve_http(
         .saturating_mul(6)
         .saturating_add(1 << 20)
         .max(4 << 20);
-    let config = StreamableHttpServerConfig::default()
-        .with_max_request_body_bytes(body_limit)
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
-        .enforce_origin_validation()
-        .with_cancellation_token(shutdown.child_token());
+    let config = transport_config(
+        hosts,
+        options.allowed_origins.clone(),
+        body_limit,
+        shutdown.child_token(),
+    );
     let factory_tenants = tenants.clone();
     let service = StreamableHttpService::new(
         move || Ok(McpHandler::for_tenants(factory_tenants.clone())),
@@ -172,6 +166,33 @@ pub async fn serve_http(
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;
     Ok(())
+}
+
+/// The transport's settings: the Host and Origin allow-lists (the loopback
+/// names and origins, plus `hosts` and `origins`), enforced, and the body
+/// limit. Public for the fuzz targets, which feed rmcp's header checks
+/// (Host, Origin, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`) with it.
+#[doc(hidden)]
+pub fn transport_config(
+    hosts: Vec<String>,
+    origins: Vec<String>,
+    body_limit: usize,
+    cancel: CancellationToken,
+) -> StreamableHttpServerConfig {
+    let mut allowed_hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+    allowed_hosts.extend(hosts);
+    let mut allowed_origins: Vec<String> = vec![
+        "http://localhost:*".into(),
+        "http://127.0.0.1:*".into(),
+        "http://[::1]:*".into(),
+    ];
+    allowed_origins.extend(origins);
+    StreamableHttpServerConfig::default()
+        .with_max_request_body_bytes(body_limit)
+        .with_allowed_hosts(allowed_hosts)
+        .with_allowed_origins(allowed_origins)
+        .enforce_origin_validation()
+        .with_cancellation_token(cancel)
 }
 
 /// The protected resource metadata (RFC 9728); 404 without OAuth.
@@ -550,6 +571,44 @@ fn one_message(body: &[u8]) -> Result<Value, Refusal> {
         });
     }
     Ok(value)
+}
+
+/// For the fuzz targets: what the guard makes of a POST body from
+/// `principal` (see `Guard::check` and `Guard::route`), without a
+/// server or a store.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct CheckedBody {
+    /// The JSON-RPC message, or the refusal's code and message.
+    pub message: Result<Value, (i64, String)>,
+    /// The ability the message needs that `principal` lacks.
+    pub missing: Option<Ability>,
+    /// What a stateless request continues in one node: its kind and id.
+    pub held: Option<(cem_cluster::SessionKind, String)>,
+}
+
+/// For the fuzz targets: `one_message`, `missing_ability` and
+/// `forward::held` on `body`.
+#[doc(hidden)]
+pub fn check_body(body: &[u8], principal: &Principal) -> CheckedBody {
+    let message = one_message(body).map_err(|r| (r.code, r.message));
+    let missing = message
+        .as_ref()
+        .ok()
+        .and_then(|m| missing_ability(principal, m));
+    let held = forward::held(body).map(|h| (h.kind, h.id));
+    CheckedBody {
+        message,
+        missing,
+        held,
+    }
+}
+
+/// For the fuzz targets: the principal a peer's `cem-principal` header
+/// vouches for (see `internal_layer`).
+#[doc(hidden)]
+pub fn vouched_principal(header: &str) -> Option<Principal> {
+    forward::decode_principal(header)
 }
 
 /// A JSON-RPC error answer with no id (the request's could not be read).

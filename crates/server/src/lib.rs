@@ -29,6 +29,9 @@ mod tenants;
 pub mod tools;
 
 pub use handler::McpHandler;
+/// For the fuzz targets: the HTTP transport's checks on what a client sends.
+#[doc(hidden)]
+pub use http::{CheckedBody, check_body, transport_config, vouched_principal};
 pub use http::{HttpOptions, serve_http};
 pub use state::{AppState, RunMode, StateError};
 pub use stdio::serve_stdio;

@@ -28,6 +28,24 @@ pub fn workspace_uri(path: &str) -> String {
     format!("{WORKSPACE}{path}")
 }
 
+/// What a resource URI names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// A workspace file, by its path as written (checked when read).
+    File(&'a str),
+    /// A skill, by its name as written (checked when loaded).
+    Skill(&'a str),
+}
+
+/// The resource `uri` names, if it is one of ours (public for the fuzz
+/// targets too).
+pub fn target(uri: &str) -> Option<Target<'_>> {
+    if let Some(path) = uri.strip_prefix(WORKSPACE) {
+        return Some(Target::File(path));
+    }
+    uri.strip_prefix(SKILL).map(Target::Skill)
+}
+
 /// The two templates clients can fill in.
 pub fn templates() -> Vec<ResourceTemplate> {
     vec![
@@ -78,7 +96,7 @@ pub async fn read(
     session: &Session,
     uri: &str,
 ) -> Result<ReadResourceResult, ErrorData> {
-    if let Some(path) = uri.strip_prefix(WORKSPACE) {
+    if let Some(Target::File(path)) = target(uri) {
         let args = Args::new(json!({"filename": path}).as_object().cloned());
         let answer = tools::run(state, "read_workspace_file", args, session).await;
         let text = match body_of(answer) {
@@ -92,7 +110,7 @@ pub async fn read(
             text, uri,
         )]));
     }
-    if let Some(name) = uri.strip_prefix(SKILL) {
+    if let Some(Target::Skill(name)) = target(uri) {
         let args = Args::new(json!({"name": name}).as_object().cloned());
         let body = body_of(tools::run(state, "load_skill", args, session).await)?;
         let code = body["code"].as_str().unwrap_or_default().to_string();

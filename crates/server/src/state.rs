@@ -220,7 +220,10 @@ impl AppState {
             sessions: Some(cem_engine::SessionTable::new(
                 config.sandbox.max_sessions as usize,
             )),
-            host: crate::host_work::HostWork::server_bound(),
+            // Host work runs in tenants' cpu groups where sandboxes get them.
+            host: crate::host_work::HostWork::server_bound(
+                mode.runs_code && !mode.no_sandbox && cem_sandbox::CpuPriority::get().is_ok(),
+            ),
             config,
             config_path,
             data_dir,
@@ -317,6 +320,19 @@ impl AppState {
             cem_sandbox::sandbox_owner(),
         )?);
         let skills = SkillStore::open(&root.join("skills"))?;
+        // A tenant's upstream processes and the host's blocking work for it
+        // weigh on its own cpu share (only where sandboxes get cpu groups).
+        let tenant_cpu = (runs_code && !no_sandbox)
+            .then(|| cem_engine::tenant_cpu(tenant))
+            .flatten();
+        if let Some(cpu) = tenant_cpu {
+            let tenant_id = tenant.to_string();
+            upstreams.start_commands_with(Arc::new(move |cmd| {
+                if let Err(e) = cpu.start_in_foreground(cmd) {
+                    tracing::warn!(error = %e, tenant = %tenant_id, "this upstream process runs at the server's cpu weight");
+                }
+            }));
+        }
         let engine = Engine::new(EngineOptions {
             running,
             sessions,
@@ -346,13 +362,19 @@ impl AppState {
             cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
             cem_audit::AuditLog::new(audit_path, config.audit.max_bytes, config.audit.keep),
         );
+        let secrets = config.secrets.clone();
+        gate.audit
+            .scrub_with(Arc::new(move |record| secrets.redact_json(record)));
         if let Some(cluster) = &cluster {
             crate::cluster::share_audit(&gate.audit, cluster, tenant);
         }
         Ok(Self {
             changes: tokio::sync::broadcast::channel(256).0,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
-            host: crate::host_work::HostWork::new(host),
+            host: match tenant_cpu {
+                Some(_) => crate::host_work::HostWork::for_tenant(host, tenant),
+                None => crate::host_work::HostWork::new(host),
+            },
             cluster,
             tenant: tenant.to_string(),
             quota: crate::quota::Quota::new(&config.quotas),

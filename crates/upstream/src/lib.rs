@@ -13,10 +13,11 @@ mod cache;
 mod error;
 mod handler;
 mod manager;
+mod redact;
 pub mod sse;
 mod stdio;
 
 pub use error::UpstreamError;
 pub use handler::ProgressFn;
-pub use manager::{Manager, ServerStatus, Upstream};
+pub use manager::{Manager, ServerStatus, StartHook, Upstream};
 pub use rmcp::model::{CallToolResult, Tool};

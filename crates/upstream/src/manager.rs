@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use cem_config::Redactor;
 use cem_config::{Config, ServerConfig, Transport};
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, Tool};
 use rmcp::service::{Peer, RunningService};
@@ -76,10 +77,24 @@ pub struct Upstream {
     progress: crate::handler::ProgressRoutes,
     /// The manager's stdio children, stopped at its shutdown.
     children: crate::stdio::Children,
+    /// What the manager does to each stdio command before it starts.
+    start_hook: Arc<std::sync::OnceLock<StartHook>>,
+    /// The config's secrets, removed from every string that leaves here.
+    secrets: Redactor,
 }
+
+/// Something done to a stdio server's command before it starts (the
+/// server puts a tenant's upstream processes in the tenant's cpu group).
+pub type StartHook = Arc<dyn Fn(&mut std::process::Command) + Send + Sync>;
 
 impl Upstream {
     fn set_status(&self, status: ServerStatus) {
+        let status = match status {
+            ServerStatus::Failed(why) => {
+                ServerStatus::Failed(self.secrets.redact(&why).into_owned())
+            }
+            other => other,
+        };
         if let Ok(mut s) = self.status.lock() {
             *s = status;
         }
@@ -185,6 +200,9 @@ impl Upstream {
                     // and a Ctrl-C at our terminal reaches us, not it.
                     .process_group(0)
                     .kill_on_drop(true);
+                if let Some(hook) = self.start_hook.get() {
+                    hook(cmd.as_std_mut());
+                }
                 let mut child = cmd.spawn().map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => fail(format!(
                         "command '{command}' not found; install it or fix mcpServers.{name}.command"
@@ -197,10 +215,12 @@ impl Upstream {
                         .map_err(|e| fail(e.to_string()))?;
                 if let Some(stderr) = stderr {
                     let server = name.clone();
+                    let secrets = self.secrets.clone();
                     tokio::spawn(async move {
                         let mut lines = BufReader::new(stderr).lines();
                         while let Ok(Some(line)) = lines.next_line().await {
                             let line: String = line.chars().take(2000).collect();
+                            let line = secrets.redact(&line);
                             tracing::info!(target: "upstream", server = %server, "{line}");
                         }
                     });
@@ -270,6 +290,10 @@ pub struct Manager {
     changed: Arc<Notify>,
     call_timeout: Duration,
     children: crate::stdio::Children,
+    start_hook: Arc<std::sync::OnceLock<StartHook>>,
+    /// The config's secrets: out of every error, status, tool list and
+    /// result this manager hands on (see [`cem_config::Redactor`]).
+    secrets: Redactor,
 }
 
 impl std::fmt::Debug for Manager {
@@ -288,6 +312,7 @@ impl Manager {
         let connect_timeout = Duration::from_secs(config.upstream.connect_timeout_seconds);
         let changed = Arc::new(Notify::new());
         let children = crate::stdio::Children::default();
+        let start_hook = Arc::new(std::sync::OnceLock::new());
         let servers = config
             .servers
             .values()
@@ -310,6 +335,8 @@ impl Manager {
                     instructions: std::sync::Mutex::new(None),
                     progress: Default::default(),
                     children: children.clone(),
+                    start_hook: start_hook.clone(),
+                    secrets: config.secrets.clone(),
                 };
                 (s.name.clone(), Arc::new(upstream))
             })
@@ -321,7 +348,15 @@ impl Manager {
             changed,
             call_timeout,
             children,
+            start_hook,
+            secrets: config.secrets.clone(),
         }
+    }
+
+    /// Runs `hook` on every stdio server's command before it starts, from
+    /// now on (a second hook is ignored: one owner decides).
+    pub fn start_commands_with(&self, hook: StartHook) {
+        let _ = self.start_hook.set(hook);
     }
 
     pub fn servers(&self) -> impl Iterator<Item = &Arc<Upstream>> {
@@ -349,6 +384,12 @@ impl Manager {
     /// The server's tools: from the disk cache unless `refresh`, or unless
     /// the server said its list changed.
     pub async fn tools(&self, name: &str, refresh: bool) -> Result<Vec<Tool>, UpstreamError> {
+        self.read_tools(name, refresh)
+            .await
+            .map_err(|e| e.redacted(&self.secrets))
+    }
+
+    async fn read_tools(&self, name: &str, refresh: bool) -> Result<Vec<Tool>, UpstreamError> {
         let upstream = self.get(name)?;
         if upstream.config.disabled {
             return Err(UpstreamError::Disabled(upstream.config.name.clone()));
@@ -360,6 +401,7 @@ impl Manager {
                 return Ok(tools.as_ref().clone());
             }
             if let Some(tools) = cache::load(&self.cache_dir, &upstream.config) {
+                let tools = self.clean_tools(tools);
                 if let Ok(mut k) = self.known.lock() {
                     k.insert(key, Arc::new(tools.clone()));
                 }
@@ -369,7 +411,7 @@ impl Manager {
         let peer = upstream.peer().await?;
         let tools =
             match tokio::time::timeout(self.timeout_for(upstream), peer.list_all_tools()).await {
-                Ok(Ok(tools)) => tools,
+                Ok(Ok(tools)) => self.clean_tools(tools),
                 Ok(Err(e)) => {
                     let e = UpstreamError::Call {
                         server: name.to_string(),
@@ -412,6 +454,12 @@ impl Manager {
     /// Listed once per connection and again after the server says its list
     /// changed. The known list and the disk cache are updated with it.
     pub async fn live_tools(&self, name: &str) -> Result<Arc<Vec<Tool>>, UpstreamError> {
+        self.read_live_tools(name)
+            .await
+            .map_err(|e| e.redacted(&self.secrets))
+    }
+
+    async fn read_live_tools(&self, name: &str) -> Result<Arc<Vec<Tool>>, UpstreamError> {
         let upstream = self.get(name)?;
         let peer = upstream.peer().await?;
         let generation = upstream.generation.load(Ordering::SeqCst);
@@ -423,7 +471,7 @@ impl Manager {
         }
         let limit = self.timeout_for(upstream);
         let tools = match tokio::time::timeout(limit, peer.list_all_tools()).await {
-            Ok(Ok(tools)) => Arc::new(tools),
+            Ok(Ok(tools)) => Arc::new(self.clean_tools(tools)),
             Ok(Err(e)) => {
                 return Err(UpstreamError::Call {
                     server: name.to_string(),
@@ -465,7 +513,24 @@ impl Manager {
 
     pub fn cached_tools(&self, name: &str) -> Option<Vec<Tool>> {
         let upstream = self.get(name).ok()?;
-        cache::load(&self.cache_dir, &upstream.config)
+        cache::load(&self.cache_dir, &upstream.config).map(|t| self.clean_tools(t))
+    }
+
+    /// A tool list without the config's credentials (a server may put its
+    /// key in a description): lists are small and read once per connection.
+    fn clean_tools(&self, tools: Vec<Tool>) -> Vec<Tool> {
+        if self.secrets.is_empty() {
+            return tools;
+        }
+        let Ok(mut value) = serde_json::to_value(&tools) else {
+            return tools;
+        };
+        let before = value.clone();
+        self.secrets.redact_json(&mut value);
+        if value == before {
+            return tools;
+        }
+        serde_json::from_value(value).unwrap_or_default()
     }
 
     /// What the server says of itself (its `instructions`), from this
@@ -475,6 +540,10 @@ impl Manager {
         upstream
             .instructions()
             .or_else(|| cache::load_instructions(&self.cache_dir, &upstream.config).map(Arc::from))
+            .map(|text| match self.secrets.redact_credentials(&text) {
+                std::borrow::Cow::Borrowed(_) => text,
+                std::borrow::Cow::Owned(clean) => Arc::from(clean),
+            })
     }
 
     /// Every enabled server's tools, fetched concurrently.
@@ -511,6 +580,26 @@ impl Manager {
     /// completes sends the server `notifications/cancelled` (rmcp cancels
     /// a request dropped in flight).
     pub async fn call_with_progress(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        timeout: Option<Duration>,
+        progress: Option<crate::handler::ProgressFn>,
+    ) -> Result<CallToolResult, UpstreamError> {
+        match self
+            .call_upstream(server, tool, arguments, timeout, progress)
+            .await
+        {
+            Ok(mut result) => {
+                crate::redact::call_result(&self.secrets, &mut result);
+                Ok(result)
+            }
+            Err(e) => Err(e.redacted(&self.secrets)),
+        }
+    }
+
+    async fn call_upstream(
         &self,
         server: &str,
         tool: &str,

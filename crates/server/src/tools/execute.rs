@@ -143,7 +143,8 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
                 obj.insert("files_written".into(), json!(written));
             }
             if privacy::automatic(&state.config.pii) {
-                tokenize_answer(state, session, &mut body);
+                let before = exec.tokenized.lock().map(|c| c.clone()).unwrap_or_default();
+                tokenize_answer(state, session, before, &mut body);
             }
             Answer::Flagged { body, is_error }
         }
@@ -289,12 +290,17 @@ fn audit_line(
 }
 
 /// Everything the model reads in the answer goes through the session's
-/// vault: result, output, stderr, the error and its traceback.
-fn tokenize_answer(state: &AppState, session: &Session, body: &mut serde_json::Value) {
+/// vault: result, output, stderr, the error and its traceback. `counts`
+/// holds what the tools' answers had before the code saw them.
+fn tokenize_answer(
+    state: &AppState,
+    session: &Session,
+    mut counts: std::collections::BTreeMap<cem_pii::Kind, usize>,
+    body: &mut serde_json::Value,
+) {
     let Some(obj) = body.as_object_mut() else {
         return;
     };
-    let mut counts = std::collections::BTreeMap::new();
     for field in [
         "result",
         "output",

@@ -67,17 +67,29 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     let name = args.string("name")?;
     let mut code = args.string("code")?;
     let mut description = args.string("description")?;
-    // The model writes tokens for the personal data it saw; the skill keeps
-    // the real values (as a tool call from code would get them), because a
-    // token means nothing outside this session.
-    let mut restored = 0;
-    if privacy::automatic(&state.config.pii) {
+    // The model saw the skill's personal data as tokens (load_skill) and
+    // writes them back: those become the skill's values again. Any other
+    // token stays a token: a skill is code every session of the tenant
+    // reads and runs, and putting this session's values from its vault
+    // into it would hand them to the others.
+    let (mut restored, mut kept) = (0, 0);
+    if privacy::automatic(&state.config.pii)
+        && cem_pii::Vault::has_tokens(&(code.clone() + &description))
+    {
+        let store = state.skills.clone();
+        let wanted = name.clone();
+        let before = blocking(state, move || Ok(store.load(&wanted, None).ok()))
+            .await?
+            .map(|s| format!("{}\n{}", s.code, s.meta.description))
+            .unwrap_or_default();
         let vault = session.vault();
-        let c = vault.restore(&code);
-        let d = vault.restore(&description);
-        restored = c.restored + d.restored;
-        code = c.text;
-        description = d.text;
+        for text in [&mut code, &mut description] {
+            let all = vault.restore(text);
+            let r = vault.restore_where(text, |value| before.contains(value));
+            restored += r.restored;
+            kept += all.restored - r.restored;
+            *text = r.text;
+        }
     }
     let saved = crate::skills::save(state, &name, &description, &code, None).await?;
     let meta = &saved.meta;
@@ -89,7 +101,7 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     } else {
         format!("saved skill '{}' version {}", meta.name, meta.version)
     };
-    Ok(success(json!({
+    let mut answer = json!({
         "message": message,
         "name": meta.name,
         "version": meta.version,
@@ -97,8 +109,16 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
         "functions": meta.functions,
         "tools": meta.tools,
         "use": usage(meta),
-        "tokens_restored": restored,
-    })))
+    });
+    answer["tokens_restored"] = json!(restored);
+    if kept > 0 {
+        answer["note"] = json!(format!(
+            "the skill holds {kept} personal-data token(s) as written: they stand for values of this \
+             session, which a skill (run by every session) does not get. Pass personal data to the \
+             skill's functions as arguments instead."
+        ));
+    }
+    Ok(success(answer))
 }
 
 pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
