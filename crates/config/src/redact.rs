@@ -67,7 +67,7 @@ impl SecretValues {
             return;
         }
         self.all.push(value.to_string());
-        if credential {
+        if credential && credential_shaped(value) {
             self.credentials.push(value.to_string());
         }
         for found in cem_pii::detect(value) {
@@ -118,8 +118,7 @@ impl SecretValues {
     }
 
     /// A URL's secrets: its password, and its query values (a credential
-    /// when the parameter's name says so or the value is long enough to
-    /// be a token).
+    /// when the parameter's name says so, or the detector knows the key).
     pub fn add_url(&mut self, url: &url::Url) {
         if let Some(password) = url.password() {
             self.add(password, true);
@@ -128,7 +127,7 @@ impl SecretValues {
             }
         }
         for (name, value) in url.query_pairs() {
-            self.add(&value, names_a_credential(&name) || value.len() >= 8);
+            self.add(&value, names_a_credential(&name));
         }
     }
 
@@ -140,37 +139,56 @@ impl SecretValues {
     }
 }
 
-/// Whether a variable, key or parameter name says its value is a credential.
+/// Whether a variable, key or parameter name says its value is a credential:
+/// one of its words (split at `_`, `-`, `.` and case changes are not
+/// needed: names are compared lower-cased) is a credential word, or ends
+/// with one (`APIKEY`, `AUTHTOKEN`, `CLIENTSECRET`). Words, not substrings:
+/// `PRIVATE_MODE`, `SESSION_TTL`, `MONKEY_COUNT`, `GIT_AUTHOR_NAME` and
+/// `PWD` (the working directory) name no credential; `DB_PWD` does.
 pub fn names_a_credential(name: &str) -> bool {
     const WORDS: &[&str] = &[
         "key",
         "token",
         "secret",
-        "passw",
-        "pwd",
+        "password",
+        "passwd",
+        "pass",
         "auth",
+        "authorization",
+        "credential",
+        "credentials",
         "cred",
-        "private",
+        "creds",
         "cookie",
-        "session",
-        "signature",
         "bearer",
+        "signature",
         "pat",
     ];
-    // GIT_AUTHOR_NAME is a name, not an auth token (Authorization is).
-    let lower = name
-        .to_ascii_lowercase()
-        .replace("authoriz", "auth")
-        .replace("author", "");
-    // "pat" only as a word of its own (GITHUB_PAT), not inside "path".
-    let words: Vec<&str> = lower.split(|c: char| !c.is_ascii_alphanumeric()).collect();
-    WORDS.iter().any(|w| {
-        if *w == "pat" {
-            words.contains(w)
-        } else {
-            lower.contains(w)
-        }
+    const ENDINGS: &[&str] = &["key", "token", "secret", "password", "passwd"];
+    let lower = name.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let pwd = words.len() > 1 && words.contains(&"pwd");
+    pwd || words.iter().any(|w| {
+        WORDS.contains(w)
+            || (w.len() > 4 && ENDINGS.iter().any(|e| w.ends_with(e) && *w != "monkey"))
     })
+}
+
+/// Whether `value` could be a credential at all: long enough, and not a
+/// boolean, a number or a path (`AUTH_ENABLED=true`, `TOKEN_TTL=3600` and
+/// `KEY_FILE=/etc/x.pem` name credentials their values are not; removing
+/// `true` from every tool result would corrupt them).
+fn credential_shaped(value: &str) -> bool {
+    let v = value.trim();
+    v.chars().count() >= 8
+        && !v
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == '-')
+        && !["true", "false", "yes", "no", "on", "off"].contains(&v.to_ascii_lowercase().as_str())
+        && !v.starts_with(['/', '~', '.'])
 }
 
 /// Percent-decoding for a URL's password (the `url` crate keeps it encoded).
@@ -366,19 +384,49 @@ mod tests {
             "GITHUB_PAT",
             "Authorization",
             "x-api-key",
+            "DB_PWD",
+            "APIKEY",
+            "CLIENTSECRET",
+            "AUTH_ENABLED",
         ] {
             assert!(names_a_credential(name), "{name}");
         }
         for name in [
             "HOME",
             "PATH",
+            "PWD",
             "LOG_LEVEL",
             "NODE_ENV",
             "PORT",
             "GIT_AUTHOR_NAME",
+            "PRIVATE_MODE",
+            "SESSION_TTL",
+            "MONKEY_COUNT",
+            "KEYBOARD",
         ] {
             assert!(!names_a_credential(name), "{name}");
         }
+    }
+
+    #[test]
+    fn a_credential_name_over_a_plain_value_removes_nothing_from_data() {
+        let mut v = SecretValues::default();
+        for (name, value) in [
+            ("AUTH_ENABLED", "true"),
+            ("TOKEN_TTL", "3600"),
+            ("KEY_FILE", "/etc/ssl/key.pem"),
+            ("DB_PWD", "hunter2-Hunter2"),
+        ] {
+            v.add(value, names_a_credential(name));
+        }
+        if let Ok(url) = url::Url::parse("https://h/x?workspace=engineering") {
+            v.add_url(&url);
+        }
+        let r = v.compile();
+        let data =
+            r#"{"ok": true, "ttl": 3600, "path": "/etc/ssl/key.pem", "team": "engineering"}"#;
+        assert_eq!(r.redact_credentials(data), data);
+        assert_eq!(r.redact_credentials("pw hunter2-Hunter2"), "pw [redacted]");
     }
 
     #[test]

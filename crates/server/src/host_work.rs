@@ -93,17 +93,29 @@ impl HostWork {
         let all = self.server.clone().acquire_owned().await.map_err(closed)?;
         let cpu = self.cpu;
         tokio::task::spawn_blocking(move || {
-            // A thread that could not move runs at the server's weight.
-            let moved = cpu.is_some_and(|(tenant, _)| tenant.join_thread().is_ok());
+            // A thread that could not move runs at the server's weight. One
+            // that moved goes back when the job ends, a panic included
+            // (tokio reuses the thread for anyone's blocking work).
+            let _back = cpu
+                .filter(|(tenant, _)| tenant.join_thread().is_ok())
+                .map(|(_, server)| BackToServer(server));
             let out = work();
-            if moved && let Some((_, server)) = cpu {
-                let _ = server.join_thread();
-            }
             drop((mine, all));
             out
         })
         .await
         .map_err(|e| format!("a host task failed ({e}); retry"))
+    }
+}
+
+/// Moves the current thread back to the server's cpu group when dropped.
+struct BackToServer(&'static CpuPriority);
+
+impl Drop for BackToServer {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.join_thread() {
+            tracing::warn!(error = %e, "a blocking thread stays in a tenant's cpu group");
+        }
     }
 }
 

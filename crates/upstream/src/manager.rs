@@ -530,7 +530,12 @@ impl Manager {
         if value == before {
             return tools;
         }
-        serde_json::from_value(value).unwrap_or_default()
+        // Only strings changed, so the list reads back; were it not to, no
+        // list is safer than one with a credential in it, and the log says so.
+        serde_json::from_value(value).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "a tool list held a configured credential and could not be cleaned; its tools are hidden");
+            Vec::new()
+        })
     }
 
     /// What the server says of itself (its `instructions`), from this
