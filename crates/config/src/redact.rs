@@ -70,6 +70,12 @@ impl SecretValues {
         if credential && credential_shaped(value) {
             self.credentials.push(value.to_string());
         }
+        self.add_keys_in(value);
+    }
+
+    /// Only the keys the secret detector finds in `value` (a command line's
+    /// `--token=ghp_…`): its other words are no secret. Each is a credential.
+    pub fn add_keys_in(&mut self, value: &str) {
         for found in cem_pii::detect(value) {
             if found.kind == cem_pii::Kind::Secret
                 && let Some(key) = value.get(found.start..found.end)
@@ -77,18 +83,6 @@ impl SecretValues {
             {
                 self.all.push(key.to_string());
                 self.credentials.push(key.to_string());
-            }
-        }
-    }
-
-    /// Only the keys the secret detector finds in `value` (a command line's
-    /// `--token=ghp_…`): its other words are no secret.
-    pub fn add_keys_in(&mut self, value: &str) {
-        for found in cem_pii::detect(value) {
-            if found.kind == cem_pii::Kind::Secret
-                && let Some(key) = value.get(found.start..found.end)
-            {
-                self.add(key, true);
             }
         }
     }
@@ -122,7 +116,7 @@ impl SecretValues {
     pub fn add_url(&mut self, url: &url::Url) {
         if let Some(password) = url.password() {
             self.add(password, true);
-            if let Ok(decoded) = urlencoding_decode(password) {
+            if let Ok(decoded) = percent_encoding::percent_decode_str(password).decode_utf8() {
                 self.add(&decoded, true);
             }
         }
@@ -189,27 +183,6 @@ fn credential_shaped(value: &str) -> bool {
             .all(|c| c.is_ascii_digit() || c == '.' || c == '-')
         && !["true", "false", "yes", "no", "on", "off"].contains(&v.to_ascii_lowercase().as_str())
         && !v.starts_with(['/', '~', '.'])
-}
-
-/// Percent-decoding for a URL's password (the `url` crate keeps it encoded).
-fn urlencoding_decode(text: &str) -> Result<String, std::string::FromUtf8Error> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
 }
 
 /// Every value with the forms it takes inside JSON, a URL and base64.

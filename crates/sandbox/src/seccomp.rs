@@ -251,40 +251,8 @@ fn build_for(allow_inet: bool, zygote: bool) -> Result<Vec<BpfProgram>, SandboxE
 /// Every syscall number above [`REVIEWED_THROUGH`] answers ENOSYS (the x32
 /// range too, which [`x32_guard`], installed later, answers EPERM).
 fn newer_than_reviewed() -> BpfProgram {
-    use seccompiler::sock_filter;
-    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
     const JGT_K: u16 = 0x05 | 0x20; // BPF_JMP | BPF_JGT | BPF_K
-    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-    const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-    vec![
-        // A = seccomp_data.nr
-        sock_filter {
-            code: LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        // if A > REVIEWED_THROUGH fall through to ENOSYS, else skip to ALLOW
-        sock_filter {
-            code: JGT_K,
-            jt: 0,
-            jf: 1,
-            k: REVIEWED_THROUGH,
-        },
-        sock_filter {
-            code: RET_K,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
-        },
-        sock_filter {
-            code: RET_K,
-            jt: 0,
-            jf: 0,
-            k: SECCOMP_RET_ALLOW,
-        },
-    ]
+    number_guard(JGT_K, REVIEWED_THROUGH, libc::ENOSYS)
 }
 
 /// On x86_64, syscall numbers with bit 30 set are the x32 ABI: the same
@@ -293,9 +261,15 @@ fn newer_than_reviewed() -> BpfProgram {
 /// architecture field, but not this bit).
 #[cfg(target_arch = "x86_64")]
 fn x32_guard() -> BpfProgram {
+    const JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
+    number_guard(JGE_K, 0x4000_0000, libc::EPERM)
+}
+
+/// A program on the syscall number alone: `errno` where `nr <jump> bound`
+/// (`jump` a BPF_JMP comparison with a constant), allowed otherwise.
+fn number_guard(jump: u16, bound: u32, errno: i32) -> BpfProgram {
     use seccompiler::sock_filter;
     const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
-    const JGE_K: u16 = 0x05 | 0x30; // BPF_JMP | BPF_JGE | BPF_K
     const RET_K: u16 = 0x06; // BPF_RET | BPF_K
     const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
@@ -307,18 +281,18 @@ fn x32_guard() -> BpfProgram {
             jf: 0,
             k: 0,
         },
-        // if A >= 0x40000000 fall through to EPERM, else skip to ALLOW
+        // if the comparison holds fall through to the errno, else skip to ALLOW
         sock_filter {
-            code: JGE_K,
+            code: jump,
             jt: 0,
             jf: 1,
-            k: 0x4000_0000,
+            k: bound,
         },
         sock_filter {
             code: RET_K,
             jt: 0,
             jf: 0,
-            k: SECCOMP_RET_ERRNO | libc::EPERM as u32,
+            k: SECCOMP_RET_ERRNO | errno as u32,
         },
         sock_filter {
             code: RET_K,

@@ -63,14 +63,13 @@ impl HostWork {
         }
     }
 
-    /// The same, its jobs run in `tenant`'s cpu group (when the server has
-    /// cpu groups; else as [`HostWork::new`]).
-    pub fn for_tenant(server: Arc<Semaphore>, tenant: &str) -> Self {
+    /// The same, its jobs run in `tenant` (the tenant's cpu groups) when
+    /// those are not the server's own (else as [`HostWork::new`]).
+    pub fn in_group(server: Arc<Semaphore>, tenant: &'static CpuPriority) -> Self {
         let cpu = CpuPriority::get()
             .ok()
-            .zip(cem_engine::tenant_cpu(tenant))
-            .map(|(server, tenant)| (tenant, server))
-            .filter(|(tenant, server)| !std::ptr::eq(*tenant, *server));
+            .filter(|server| !std::ptr::eq(tenant, *server))
+            .map(|server| (tenant, server));
         Self {
             cpu,
             ..Self::new(server)

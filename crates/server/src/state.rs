@@ -372,7 +372,7 @@ impl AppState {
             changes: tokio::sync::broadcast::channel(256).0,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
             host: match tenant_cpu {
-                Some(_) => crate::host_work::HostWork::for_tenant(host, tenant),
+                Some(cpu) => crate::host_work::HostWork::in_group(host, cpu),
                 None => crate::host_work::HostWork::new(host),
             },
             cluster,
