@@ -1,5 +1,5 @@
 //! Resource URIs (`workspace://{path}`, `skill://{name}`) as a client sends
-//! them to resources/read: `cem_server::resources::target` finds what one
+//! them to resources/read: `cem_tools::resources::target` finds what one
 //! names, then the workspace and the skill store check the path or the name
 //! and read, as the read_workspace_file and load_skill tools do, in a
 //! workspace with a file inside and, beside it, a file outside that
@@ -11,7 +11,7 @@
 use std::path::{Component, Path, PathBuf};
 use std::sync::LazyLock;
 
-use cem_server::resources::{Target, target, workspace_uri};
+use cem_tools::resources::{Target, target, workspace_uri};
 use cem_store::{Analysis, SkillName, SkillStore, Workspace, validate_relative};
 use libfuzzer_sys::fuzz_target;
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -39,11 +40,43 @@ def no_mounts_left(tmp_path_factory):
     killed leaves its mounts (the next server on that data directory reuses them). Undone here, so no run
     leaves loop devices behind."""
     yield
-    base = str(tmp_path_factory.getbasetemp())
+    for point in _mounts_under(str(tmp_path_factory.getbasetemp())):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
+def _mounts_under(base: str) -> list[str]:
     with open("/proc/self/mountinfo") as f:
         points = [line.split()[4] for line in f]
-    for point in sorted((p for p in points if p.startswith(base)), key=len, reverse=True):
+    return sorted((p for p in points if p == base or p.startswith(base + "/")), key=len, reverse=True)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed:
+        item.stash.setdefault(_FAILED, True)
+    return report
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(autouse=True)
+def _tmp_path_freed(request):
+    """A passing test's files go as soon as it ends (a failing test's stay for a look): each data directory holds
+    a workspace file system image and a PostgreSQL or three, and the whole suite kept them all until the end,
+    some 12 GB at its peak, enough to fill a small disk halfway through. Set up before (so torn down after)
+    every fixture that uses tmp_path, so its servers have stopped."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    base = str(request.getfixturevalue("tmp_path"))
+    yield
+    if request.node.stash.get(_FAILED, False):
+        return
+    for point in _mounts_under(base):
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

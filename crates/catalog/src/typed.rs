@@ -234,7 +234,7 @@ impl Types {
         if base.is_empty() || base.starts_with(|c: char| c.is_ascii_digit()) {
             base.insert(0, 'T');
         }
-        if TAKEN.contains(&base.as_str()) || crate::python::is_keyword(&base) {
+        if TAKEN.contains(&base.as_str()) || cem_policy::is_keyword(&base) {
             base.push('_');
         }
         let used = |n: &str| self.classes.iter().any(|(c, _)| c == n);

@@ -360,9 +360,9 @@ fn tempdir() -> std::io::Result<std::path::PathBuf> {
 /// but does not load; asked for in the config, or a build without the model
 /// (`--no-default-features`, a choice made at build time), it is fine.
 fn search_check(config: &cem_config::Config) -> Check {
-    let ranking = cem_server::discovery::Ranking::from_config(&config.search);
+    let ranking = cem_host::discovery::Ranking::from_config(&config.search);
     let status = match (&ranking, cem_catalog::builtin_model()) {
-        (cem_server::discovery::Ranking::Lexical(_), Some(Err(_))) if config.search.semantic => {
+        (cem_host::discovery::Ranking::Lexical(_), Some(Err(_))) if config.search.semantic => {
             Status::Warn
         }
         _ => Status::Ok,

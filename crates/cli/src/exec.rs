@@ -4,8 +4,8 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use cem_server::RunMode;
-use cem_server::tools::Answer;
+use cem_host::Answer;
+use cem_host::RunMode;
 
 use crate::args::{Cli, ExecArgs};
 use crate::setup;
@@ -52,8 +52,8 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
                 Ok(approver) => session.approver = Some(approver),
                 Err(why) => session.no_approver = why,
             }
-            let args = cem_server::tools::Args::new(Some(arguments));
-            cem_server::tools::call(&worker_state, "execute_code", args, &session).await
+            let args = cem_host::Args::new(Some(arguments));
+            cem_tools::call(&worker_state, "execute_code", args, &session).await
         })
         .await;
         state.catalog.manager().shutdown().await;

@@ -4,8 +4,8 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
+use cem_host::{AppState, RunMode};
 use cem_policy::ToolChange;
-use cem_server::{AppState, RunMode};
 use serde_json::{Value, json};
 
 use crate::args::{Cli, PolicyCommand};

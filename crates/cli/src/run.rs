@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cem_engine::ExecRequest;
-use cem_server::RunMode;
+use cem_host::RunMode;
 
 use crate::args::{Cli, RunArgs};
 use crate::setup;
@@ -44,11 +44,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let answer = runtime.block_on(async {
         let exec = Arc::new(crate::terminal::execution(
             &state.gate,
-            cem_server::gate::Caller::Run,
+            cem_host::gate::Caller::Run,
         ));
-        let code_digest = cem_server::gate::sha256(code.as_bytes());
+        let code_digest = cem_host::gate::sha256(code.as_bytes());
         let code_bytes = code.len();
-        let bridge = cem_server::bridge::ToolBridge::shared(
+        let bridge = cem_tools::bridge::ToolBridge::shared(
             state.clone(),
             state.session("cli"),
             exec.clone(),
@@ -63,7 +63,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         };
         let answer = state.engine.execute(request, Some(bridge)).await;
-        cem_server::tools::audit_execution(&state, &exec, &code_digest, code_bytes, &answer);
+        cem_tools::audit_execution(&state, &exec, &code_digest, code_bytes, &answer);
         state.catalog.manager().shutdown().await;
         answer
     });

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use cem_server::{AppState, HttpOptions, ToolSet};
+use cem_host::{AppState, ToolSet};
+use cem_server::HttpOptions;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{Cli, ServeArgs, ToolsArg};
@@ -28,7 +29,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         &data_dir,
         tool_set,
         exe,
-        cem_server::RunMode {
+        cem_host::RunMode {
             no_sandbox: false,
             runs_code: true,
         },
@@ -66,7 +67,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(cluster) = &cluster {
             // Before the upstreams start: their tool lists and pins may be
             // known to the deployment already.
-            cem_server::cluster::mirror_upstream_state(cluster.clone(), &state.data_dir).await;
+            cem_host::cluster::mirror_upstream_state(cluster.clone(), &state.data_dir).await;
         }
         // Probe the sandbox and fill the warm pool in the background; the
         // first tools/list does not wait for it.

@@ -67,18 +67,18 @@ pub fn one_off_state(
     cli: &Cli,
     mut config: Config,
     config_path: Option<PathBuf>,
-    mode: cem_server::RunMode,
-) -> anyhow::Result<std::sync::Arc<cem_server::AppState>> {
+    mode: cem_host::RunMode,
+) -> anyhow::Result<std::sync::Arc<cem_host::AppState>> {
     let data_dir = data_dir(cli)?;
     config.sandbox.pool_size = Some(0);
     // One command, one sandbox (or a few): starting a zygote would cost more than it saves.
     config.sandbox.zygote = false;
     let exe = std::env::current_exe().context("cannot find our own executable")?;
-    Ok(std::sync::Arc::new(cem_server::AppState::open_with(
+    Ok(std::sync::Arc::new(cem_host::AppState::open_with(
         config,
         config_path,
         &data_dir,
-        cem_server::ToolSet::Full,
+        cem_host::ToolSet::Full,
         exe,
         mode,
     )?))

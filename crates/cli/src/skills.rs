@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use cem_server::AppState;
+use cem_host::AppState;
 use serde_json::json;
 
 use crate::args::{Cli, SkillsCommand};
@@ -114,7 +114,7 @@ async fn import(state: &std::sync::Arc<AppState>, dir: &std::path::Path) -> anyh
     let mut failed = false;
     for skill_dir in dirs {
         let outcome = match cem_store::read_skill_dir(&skill_dir) {
-            Ok(read) => cem_server::skills::save(
+            Ok(read) => cem_tools::skill_ops::save(
                 state,
                 read.parsed.name.module(),
                 &read.parsed.description,

@@ -7,8 +7,8 @@ use std::io::{BufRead, Write};
 use std::sync::Arc;
 
 use cem_engine::BoxFuture;
-use cem_server::approval::{Answer, Answered, Approver, Question, SharedApprover};
-use cem_server::gate::{Caller, Execution, Gate};
+use cem_host::approval::{Answer, Answered, Approver, Question, SharedApprover};
+use cem_host::gate::{Caller, Execution, Gate};
 
 struct TerminalApprover;
 

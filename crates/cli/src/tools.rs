@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cem_catalog::EntryKind;
-use cem_server::{AppState, ToolSet};
+use cem_host::{AppState, ToolSet};
 use serde_json::{Map, Value, json};
 
 use crate::args::{Cli, GenerateArgs, ToolsCommand};
@@ -30,12 +30,12 @@ pub(crate) fn open_state(cli: &Cli) -> anyhow::Result<Result<Arc<AppState>, Exit
 
 /// Calls one of our MCP tools and returns its JSON (or its error text).
 async fn call_tool(state: &Arc<AppState>, name: &str, args: Value) -> Result<Value, String> {
-    let args = cem_server::tools::Args::new(args.as_object().cloned().or_else(|| Some(Map::new())));
+    let args = cem_host::Args::new(args.as_object().cloned().or_else(|| Some(Map::new())));
     let session = state.session("cli");
-    match cem_server::tools::call(state, name, args, &session).await {
-        Some(cem_server::tools::Answer::Plain(Ok(v))) => Ok(v),
-        Some(cem_server::tools::Answer::Plain(Err(e))) => Err(e.0),
-        Some(cem_server::tools::Answer::Flagged { body, .. }) => Ok(body),
+    match cem_tools::call(state, name, args, &session).await {
+        Some(cem_host::Answer::Plain(Ok(v))) => Ok(v),
+        Some(cem_host::Answer::Plain(Err(e))) => Err(e.0),
+        Some(cem_host::Answer::Flagged { body, .. }) => Ok(body),
         None => Err(format!("no tool {name}")),
     }
 }
@@ -228,7 +228,7 @@ async fn call_direct(
     let manager = state.catalog.manager();
     // The same policy as calls from code: rules, pins, budgets, approval
     // (on the terminal), audit.
-    let exec = crate::terminal::execution(&state.gate, cem_server::gate::Caller::Cli);
+    let exec = crate::terminal::execution(&state.gate, cem_host::gate::Caller::Cli);
     let shown_args = Value::Object(arguments.clone().unwrap_or_default());
     let shown = move || shown_args.clone();
     let upstream = manager.get(server).map_err(|e| e.to_string())?;

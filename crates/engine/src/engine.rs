@@ -16,7 +16,7 @@ use crate::bridge::Bridge;
 use crate::install::{InstallStats, Installs, parse_requirements};
 use crate::process::{CallStats, Interp, Launch, PackageMounts};
 use crate::sessions::{self, Ended, SessionTable};
-use crate::{EngineError, runtime};
+use crate::EngineError;
 use cem_sandbox::{CpuPriority, Zygote};
 
 /// Processes and threads one sandbox may run.
@@ -1054,7 +1054,7 @@ fn probe_host(options: &EngineOptions) -> Result<Ready, String> {
     cem_sandbox::Cgroup::sweep_stale();
     let layout =
         cem_sandbox::resolve_interpreter(&cfg.python, cfg.network).map_err(|e| e.to_string())?;
-    let runtime_dir = runtime::install(&options.data_dir).map_err(|e| {
+    let runtime_dir = cem_runtime::install(&options.data_dir).map_err(|e| {
         format!(
             "cannot write the runtime under {}: {e}",
             options.data_dir.display()

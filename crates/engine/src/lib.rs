@@ -1,12 +1,12 @@
 //! The execution engine: one execution = one sandboxed CPython running the
-//! embedded runtime (`runtime/cem_runtime.py`), fed a request over its
+//! embedded runtime (`cem-runtime`'s `cem_runtime.py`), fed a request over its
 //! stdin and answering on its stdout.
 //!
 //! [`Engine`] keeps a warm pool of pre-started interpreters (each serves one
 //! execution and is then discarded) and one interpreter per `session_id`
 //! (variables persist between that session's executions and nowhere else).
 //! Where the host allows, every fresh interpreter is forked from a zygote
-//! (`runtime/cem_zygote.py`, see `cem_sandbox::zygote`) instead of being
+//! (`cem_zygote.py`, see `cem_sandbox::zygote`) instead of being
 //! built cold.
 //! When the host cannot isolate, it refuses to run code unless the config
 //! allows running unsandboxed, and then says so in every answer.
@@ -17,7 +17,6 @@ mod bridge;
 mod engine;
 mod install;
 mod process;
-mod runtime;
 mod sessions;
 mod tokens;
 mod written;

@@ -14,7 +14,7 @@ use tokio::process::Child;
 
 use crate::bridge::{BoxFuture, Bridge};
 use crate::install::{ENV_TARGET, InstallStats, Installs, LAYERS_TARGET, parse_requirements};
-use crate::runtime::RUNTIME_TARGET;
+use cem_runtime::RUNTIME_TARGET;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::json;

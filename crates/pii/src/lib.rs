@@ -17,9 +17,11 @@ mod checks;
 mod detect;
 mod kind;
 mod phone;
+mod scan;
 mod secret;
 mod vault;
 
-pub use detect::{Entity, detect, detect_field};
+pub use detect::{detect, detect_field};
 pub use kind::Kind;
+pub use scan::Entity;
 pub use vault::{Found, Restored, Tokenized, Vault, Vaults, lock, rename_tokens, tokenize_shared};

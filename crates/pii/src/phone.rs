@@ -9,7 +9,7 @@ use regex::Regex;
 
 use crate::Kind;
 use crate::checks;
-use crate::detect::{Entity, bounded, digits, one_separator, pattern};
+use crate::scan::{Entity, bounded, digits, one_separator, pattern};
 
 static PHONE: LazyLock<Regex> = LazyLock::new(|| {
     pattern(r"(?i-u)\+?(?:\(\d{1,5}\)|\d)[\d().\- ]*\d(?:(?: ?(?:x|ext\.?|extension|#) ?)\d{1,6})?")

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use crate::Kind;
-use crate::detect::{Entity, bounded, pattern};
+use crate::scan::{Entity, bounded, pattern};
 
 /// Keys issued with a recognisable prefix.
 static PREFIXED: LazyLock<Regex> = LazyLock::new(|| {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use regex::Regex;
 
-use crate::detect::pattern;
+use crate::scan::pattern;
 use crate::{Kind, detect, detect_field};
 
 static TOKEN: LazyLock<Regex> = LazyLock::new(|| {

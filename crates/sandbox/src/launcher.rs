@@ -11,8 +11,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::os::fd::AsFd;
 
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::prctl;
@@ -387,9 +386,4 @@ fn wait_with_lifeline(child: Pid) -> i32 {
             let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
         }
     }
-}
-
-/// Keeps `OwnedFd` and path helpers in one place for mounts.rs.
-pub(crate) fn proc_fd_path(fd: &OwnedFd) -> PathBuf {
-    Path::new("/proc/self/fd").join(fd.as_raw_fd().to_string())
 }

@@ -2,7 +2,7 @@
 //! needs, entered with pivot_root.
 
 use std::fs;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
@@ -11,7 +11,6 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::stat::Mode;
 use nix::sys::statvfs::{FsFlags, fstatvfs};
 
-use crate::launcher::proc_fd_path;
 use crate::{SandboxError, Spec, Step};
 
 /// Where the new root is assembled (a tmpfs mounted over it, in our own
@@ -339,4 +338,10 @@ fn write_etc(root: &Path, uid: u32, gid: u32) -> Result<(), SandboxError> {
         }
     }
     Ok(())
+}
+
+/// Where a file descriptor of ours can be named by path (a bind mount's
+/// source opened before the namespaces changed).
+fn proc_fd_path(fd: &OwnedFd) -> PathBuf {
+    Path::new("/proc/self/fd").join(fd.as_raw_fd().to_string())
 }

@@ -20,15 +20,18 @@ use rmcp::service::SubscriptionContext;
 use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use std::sync::OnceLock;
 
 use cem_auth::{Ability, Principal};
 
-use crate::approval::{Asked, ElicitApprover, InputRequiredApprover};
-use crate::tools::{self, Args};
-use crate::{AppState, Tenants};
+use crate::Tenants;
+use cem_host::AppState;
+use cem_host::approval::{ElicitApprover, InputRequiredApprover};
+use cem_host::{Answer, Args, Paused, ToolFailure};
+use cem_tools as tools;
+use cem_tools::resources;
 
 static SESSIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -65,43 +68,9 @@ impl Drop for SessionEnd {
         let Some(state) = self.bound.get() else {
             return;
         };
-        let key = crate::privacy::connection_key(self.session);
+        let key = cem_host::privacy::connection_key(self.session);
         state.vaults.remove(&key);
         state.gate.end_session(&key);
-    }
-}
-
-/// An execute_code call waiting for the answer to an approval question
-/// that went back to the client in an input-required result (protocol
-/// 2026-07-28). The client's retry, carrying the answer and the handle as
-/// its `requestState`, picks it up on any request of the same session.
-pub struct Paused {
-    /// The MCP session (its key) the execution belongs to.
-    owner: String,
-    /// The execution itself, still running on the server.
-    task: tokio::task::JoinHandle<Option<tools::Answer>>,
-    /// Further questions of the same execution.
-    questions: mpsc::UnboundedReceiver<Asked>,
-    /// Where the answer to the question in flight goes.
-    reply: Option<oneshot::Sender<ElicitResult>>,
-    /// After this the entry is dropped (the question has long timed out).
-    expires: std::time::Instant,
-}
-
-impl Drop for Paused {
-    /// A paused execution given up (cancelled, expired, or its session
-    /// gone) is stopped: its task's future is dropped, which kills its
-    /// interpreter.
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl std::fmt::Debug for Paused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Paused")
-            .field("owner", &self.owner)
-            .finish_non_exhaustive()
     }
 }
 
@@ -254,7 +223,7 @@ impl ServerHandler for McpHandler {
         let state = self.tenant(&context, Some("list_workspace_files"))?;
         let session = self.session_of(&state, &context);
         Ok(ListResourcesResult::with_all_items(
-            crate::resources::list(&state, &session).await?,
+            resources::list(&state, &session).await?,
         ))
     }
 
@@ -265,7 +234,7 @@ impl ServerHandler for McpHandler {
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.tenant(&context, None)?;
         Ok(ListResourceTemplatesResult::with_all_items(
-            crate::resources::templates(),
+            resources::templates(),
         ))
     }
 
@@ -274,7 +243,7 @@ impl ServerHandler for McpHandler {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let tool = if request.uri.starts_with(crate::resources::SKILL) {
+        let tool = if request.uri.starts_with(resources::SKILL) {
             "load_skill"
         } else {
             "read_workspace_file"
@@ -282,7 +251,7 @@ impl ServerHandler for McpHandler {
         let state = self.tenant(&context, Some(tool))?;
         let session = self.session_of(&state, &context);
         Ok(ReadResourceResponse::Complete(
-            crate::resources::read(&state, &session, &request.uri).await?,
+            resources::read(&state, &session, &request.uri).await?,
         ))
     }
 
@@ -293,8 +262,8 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let state = self.tenant(&context, Some("read_workspace_file"))?;
-        let ours = request.uri.starts_with(crate::resources::WORKSPACE)
-            || request.uri.starts_with(crate::resources::SKILL);
+        let ours = request.uri.starts_with(resources::WORKSPACE)
+            || request.uri.starts_with(resources::SKILL);
         if !ours {
             // A file not written yet may be watched; a URI of another
             // scheme can never change here.
@@ -317,7 +286,7 @@ impl ServerHandler for McpHandler {
                 .swap(true, std::sync::atomic::Ordering::SeqCst)
         };
         if first {
-            let mut changes = state.changes.subscribe();
+            let mut changes = state.changes.listen();
             let (subscribed, peer) = (self.subscribed.clone(), context.peer.clone());
             let over = self._ended.over.clone();
             tokio::spawn(async move {
@@ -325,7 +294,7 @@ impl ServerHandler for McpHandler {
                     let uri = tokio::select! {
                         () = over.cancelled() => return,
                         changed = changes.recv() => match changed {
-                            Ok(uri) => uri,
+                            Ok(change) => resources::uri_of(&change),
                             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                             Err(_) => return,
                         },
@@ -359,9 +328,8 @@ impl ServerHandler for McpHandler {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let ours = |u: &String| {
-            u.starts_with(crate::resources::WORKSPACE) || u.starts_with(crate::resources::SKILL)
-        };
+        let ours =
+            |u: &String| u.starts_with(resources::WORKSPACE) || u.starts_with(resources::SKILL);
         let mut accepted = SubscriptionFilter::new();
         accepted.resource_subscriptions = requested
             .resource_subscriptions
@@ -372,12 +340,12 @@ impl ServerHandler for McpHandler {
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let state = self.tenant(context.request_context(), Some("read_workspace_file"))?;
-        let mut changes = state.changes.subscribe();
+        let mut changes = state.changes.listen();
         loop {
             let uri = tokio::select! {
                 () = context.cancelled() => return Ok(()),
                 changed = changes.recv() => match changed {
-                    Ok(uri) => uri,
+                    Ok(change) => resources::uri_of(&change),
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
                     Err(_) => return Ok(()),
                 },
@@ -424,7 +392,7 @@ impl McpHandler {
         &self,
         state: &Arc<AppState>,
         args: Args,
-        mut session: crate::privacy::Session,
+        mut session: cem_host::privacy::Session,
     ) -> CreateTaskResult {
         session.no_approver =
             "the call runs as a task, where this server cannot ask a person; run it without a task to be asked".into();
@@ -461,8 +429,8 @@ impl McpHandler {
         &self,
         state: &AppState,
         context: &RequestContext<RoleServer>,
-    ) -> crate::privacy::Session {
-        let key = crate::privacy::session_key(
+    ) -> cem_host::privacy::Session {
+        let key = cem_host::privacy::session_key(
             context.extensions.get::<axum::http::request::Parts>(),
             self.session,
         );
@@ -478,13 +446,13 @@ impl McpHandler {
         let state = self.tenant(&context, Some(&name))?;
         let args = Args::new(request.arguments);
         let started = std::time::Instant::now();
-        let key = crate::privacy::session_key(
+        let key = cem_host::privacy::session_key(
             context.extensions.get::<axum::http::request::Parts>(),
             self.session,
         );
         let mut session = state.session(&key);
         session.progress = context.meta.get_progress_token().map(|token| {
-            Arc::new(crate::progress::ProgressSink::new(
+            Arc::new(cem_host::progress::ProgressSink::new(
                 context.peer.clone(),
                 token,
             ))
@@ -621,12 +589,12 @@ impl McpHandler {
                 let outcome = done
                     .ok()
                     .flatten()
-                    .unwrap_or_else(|| tools::Answer::Plain(Err(tools::ToolFailure("the execution task failed; run the code again".into()))));
+                    .unwrap_or_else(|| Answer::Plain(Err(ToolFailure("the execution task failed; run the code again".into()))));
                 Ok(self.result("execute_code", outcome).into())
             }
             Some(asked) = paused.questions.recv() => {
                 paused.reply = Some(asked.reply);
-                let handle = crate::gate::new_id();
+                let handle = cem_host::gate::new_id();
                 let mut requests = InputRequests::new();
                 requests.insert(APPROVAL_KEY.to_string(), InputRequest::Elicitation(asked.request));
                 if let Ok(mut all) = state.paused.lock() {
@@ -679,31 +647,31 @@ impl McpHandler {
         self.wait(state, paused).await
     }
 
-    fn result(&self, name: &str, outcome: tools::Answer) -> CallToolResult {
+    fn result(&self, name: &str, outcome: Answer) -> CallToolResult {
         // The last look before the model: no config credential passes,
         // whichever way it came.
         let secrets = &self.tenants.local().config.secrets;
         let outcome = match outcome {
-            tools::Answer::Plain(Ok(mut answer)) => {
+            Answer::Plain(Ok(mut answer)) => {
                 secrets.redact_json(&mut answer);
-                tools::Answer::Plain(Ok(answer))
+                Answer::Plain(Ok(answer))
             }
-            tools::Answer::Plain(Err(failure)) => tools::Answer::Plain(Err(tools::ToolFailure(
+            Answer::Plain(Err(failure)) => Answer::Plain(Err(ToolFailure(
                 secrets.redact_credentials(&failure.0).into_owned(),
             ))),
-            tools::Answer::Flagged { mut body, is_error } => {
+            Answer::Flagged { mut body, is_error } => {
                 secrets.redact_json(&mut body);
-                tools::Answer::Flagged { body, is_error }
+                Answer::Flagged { body, is_error }
             }
         };
         match outcome {
-            tools::Answer::Plain(Ok(answer)) => CallToolResult::structured(answer),
-            tools::Answer::Plain(Err(failure)) => {
+            Answer::Plain(Ok(answer)) => CallToolResult::structured(answer),
+            Answer::Plain(Err(failure)) => {
                 tracing::info!(session = self.session, tool = %name, error = %failure.0, "tool error");
                 CallToolResult::structured_error(json!({"success": false, "error": failure.0}))
             }
-            tools::Answer::Flagged { body, is_error } => {
-                let links = crate::resources::links(&body);
+            Answer::Flagged { body, is_error } => {
+                let links = resources::links(&body);
                 let mut result = if is_error {
                     CallToolResult::structured_error(body)
                 } else {

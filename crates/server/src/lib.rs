@@ -1,42 +1,31 @@
-//! The MCP server of code-execution-mcp.
+//! The MCP transports of code-execution-mcp: the rmcp handler, stdio,
+//! streamable HTTP (its DNS-rebinding checks and bearer auth), forwarding
+//! between nodes, and one state per tenant.
 //!
-//! [`McpHandler`] answers `tools/list` and `tools/call` with hand-written,
-//! deliberately terse tool schemas (the whole list must cost an agent little
-//! context). [`serve_stdio`] and [`serve_http`] put it on a transport; HTTP
-//! adds the DNS-rebinding checks (Host, Origin) and optional bearer auth.
+//! [`McpHandler`] turns MCP requests into calls of `cem-tools` and their
+//! answers into MCP results (with approvals as elicitation or input
+//! requests, progress, tasks and resource subscriptions); [`serve_stdio`]
+//! and [`serve_http`] put it on a transport; [`Tenants`] gives each
+//! principal its own [`cem_host::AppState`]. Each MCP session gets its own
+//! handler value, so per-session state never crosses sessions.
 //!
-//! Shared, process-wide state lives in [`AppState`]; each MCP session gets
-//! its own handler value, so per-session state never crosses sessions.
+//! This crate must not hold tool logic or host policy: a change to what a
+//! tool does belongs in `cem-tools`, to what the host does for a tenant in
+//! `cem-host`.
 
-pub mod approval;
-pub mod bridge;
-pub mod cluster;
-pub mod discovery;
-mod disk_quota;
 mod forward;
-pub mod gate;
 mod handler;
-pub mod host_work;
 mod http;
-pub mod privacy;
-pub mod progress;
-pub mod quota;
-pub mod resources;
-pub mod skills;
-mod state;
 mod stdio;
 mod tenants;
-pub mod tools;
 
 pub use handler::McpHandler;
 /// For the fuzz targets: the HTTP transport's checks on what a client sends.
 #[doc(hidden)]
 pub use http::{CheckedBody, check_body, transport_config, vouched_principal};
 pub use http::{HttpOptions, serve_http};
-pub use state::{AppState, RunMode, StateError};
 pub use stdio::serve_stdio;
 pub use tenants::Tenants;
-pub use tools::ToolSet;
 
 /// Errors that stop a transport from serving.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,8 @@ use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
-use crate::{AppState, McpHandler, ServeError};
+use crate::{McpHandler, ServeError};
+use cem_host::AppState;
 
 /// Serves one MCP session on stdin/stdout until the client closes stdin or
 /// `shutdown` is cancelled. Nothing but protocol messages goes to stdout.

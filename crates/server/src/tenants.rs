@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cem_auth::{LOCAL_TENANT, Principal};
 
-use crate::{AppState, StateError};
+use cem_host::{AppState, StateError};
 
 /// How often a tenant's upstream processes are checked for idleness.
 const UPSTREAM_CHECK: std::time::Duration = std::time::Duration::from_secs(15);

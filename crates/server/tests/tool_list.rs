@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use cem_server::{AppState, McpHandler, ToolSet};
+use cem_host::{AppState, ToolSet};
+use cem_server::McpHandler;
 
 fn handler(set: ToolSet) -> Result<(tempfile::TempDir, McpHandler), Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::AppState;
 use crate::privacy::Session;
-use crate::tools::{Answer, ToolFailure};
+use crate::{Answer, ToolFailure};
 
 /// How often a node mirrors pins and tool lists with the store.
 const MIRROR_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -182,7 +182,7 @@ pub async fn change_skill<T: Send + 'static>(
         Some(cluster) => Ok(cluster
             .change_skill(&state.tenant, &state.skills, name, work)
             .await?),
-        None => crate::tools::blocking(state, move || Ok(work())).await,
+        None => crate::blocking(state, move || Ok(work())).await,
     }
 }
 

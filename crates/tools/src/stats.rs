@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Args, ToolDef, ToolResult, blocking, listed, success};
-use crate::AppState;
+use crate::def::ToolDef;
+use cem_host::AppState;
+use cem_host::{Args, ToolResult, blocking, success};
 
 pub const STATS: ToolDef = ToolDef {
     name: "get_execution_stats",
@@ -14,7 +15,8 @@ pub const STATS: ToolDef = ToolDef {
     minimal: false,
 };
 
-pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
+/// `tools`: the names `tools/list` shows.
+pub async fn stats(state: &Arc<AppState>, args: Args, tools: Vec<&'static str>) -> ToolResult {
     args.only(&[])?;
     let st = state.clone();
     let usage = blocking(state, move || Ok(st.workspace.usage()?)).await?;
@@ -67,6 +69,6 @@ pub async fn stats(state: &Arc<AppState>, args: Args) -> ToolResult {
             "restore_to": config.pii.restore_to,
             "sessions_with_a_vault": state.vaults.sessions(),
         },
-        "tools": listed(state.tool_set).map(|t| t.name).collect::<Vec<_>>(),
+        "tools": tools,
     })))
 }

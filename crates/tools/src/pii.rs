@@ -7,9 +7,10 @@ use std::sync::Arc;
 use cem_pii::Kind;
 use serde_json::json;
 
-use super::{Args, ToolDef, ToolResult, success};
-use crate::AppState;
-use crate::privacy::{Session, summary};
+use crate::def::ToolDef;
+use cem_host::AppState;
+use cem_host::privacy::{Session, summary};
+use cem_host::{Args, ToolResult, success};
 
 pub const SANITIZE: ToolDef = ToolDef {
     name: "sanitize_pii",

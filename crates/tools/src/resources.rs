@@ -4,24 +4,29 @@
 //! tools), announced to subscribers when they change, and linked from the
 //! answer of the execution that wrote them.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::ErrorData;
 use rmcp::model::{ContentBlock, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
 use serde_json::{Value, json};
 
-use crate::AppState;
-use crate::privacy::Session;
-use crate::tools::{self, Answer, Args};
+use crate::dispatch;
+use cem_host::AppState;
+use cem_host::privacy::Session;
+use cem_host::{Answer, Args, Change};
 
 pub const WORKSPACE: &str = "workspace://";
 pub const SKILL: &str = "skill://";
 /// Files an answer links at most (the rest are in `files_written`).
 const MAX_LINKS: usize = 50;
-/// Workspaces larger than this are not compared around an execution (the
-/// scan would cost more than the links are worth).
-const MAX_SCANNED: usize = 20_000;
+
+/// The URI of what `change` changed, as subscribers know it.
+pub fn uri_of(change: &Change) -> String {
+    match change {
+        Change::WorkspaceFile(path) => workspace_uri(path),
+        Change::Skill(name) => format!("{SKILL}{name}"),
+    }
+}
 
 /// The URI of workspace file `path`.
 pub fn workspace_uri(path: &str) -> String {
@@ -60,7 +65,8 @@ pub fn templates() -> Vec<ResourceTemplate> {
 /// Every workspace file and skill of the tenant, as the tools list them.
 pub async fn list(state: &Arc<AppState>, session: &Session) -> Result<Vec<Resource>, ErrorData> {
     let mut out = Vec::new();
-    let files = body_of(tools::run(state, "list_workspace_files", Args::new(None), session).await)?;
+    let files =
+        body_of(dispatch::run(state, "list_workspace_files", Args::new(None), session).await)?;
     for entry in files["files"].as_array().into_iter().flatten() {
         if entry["type"] != "file" {
             continue;
@@ -74,7 +80,7 @@ pub async fn list(state: &Arc<AppState>, session: &Session) -> Result<Vec<Resour
         }
         out.push(resource);
     }
-    let skills = body_of(tools::run(state, "list_skills", Args::new(None), session).await)?;
+    let skills = body_of(dispatch::run(state, "list_skills", Args::new(None), session).await)?;
     for skill in skills["skills"].as_array().into_iter().flatten() {
         let Some(name) = skill["name"].as_str() else {
             continue;
@@ -98,7 +104,7 @@ pub async fn read(
 ) -> Result<ReadResourceResult, ErrorData> {
     if let Some(Target::File(path)) = target(uri) {
         let args = Args::new(json!({"filename": path}).as_object().cloned());
-        let answer = tools::run(state, "read_workspace_file", args, session).await;
+        let answer = dispatch::run(state, "read_workspace_file", args, session).await;
         let text = match body_of(answer) {
             Ok(body) => body["content"].as_str().unwrap_or_default().to_string(),
             Err(e) if e.message.contains("not UTF-8") => {
@@ -112,7 +118,7 @@ pub async fn read(
     }
     if let Some(Target::Skill(name)) = target(uri) {
         let args = Args::new(json!({"name": name}).as_object().cloned());
-        let body = body_of(tools::run(state, "load_skill", args, session).await)?;
+        let body = body_of(dispatch::run(state, "load_skill", args, session).await)?;
         let code = body["code"].as_str().unwrap_or_default().to_string();
         return Ok(ReadResourceResult::new(vec![ResourceContents::text(
             code, uri,
@@ -131,10 +137,10 @@ async fn binary(
 ) -> Result<ReadResourceResult, ErrorData> {
     use base64::Engine as _;
     let (reader, path) = (state.clone(), path.to_string());
-    let bytes = tools::blocking(state, move || Ok(reader.workspace.read(&path)?))
+    let bytes = cem_host::blocking(state, move || Ok(reader.workspace.read(&path)?))
         .await
         .map_err(|e| ErrorData::invalid_params(e.0, None))?;
-    if crate::privacy::automatic(&state.config.pii)
+    if cem_host::privacy::automatic(&state.config.pii)
         && holds_personal_data(&bytes, &state.config.pii.types)
     {
         // Raw bytes cannot be tokenized: a file whose bytes read as text
@@ -182,68 +188,6 @@ fn body_of(answer: Option<Answer>) -> Result<Value, ErrorData> {
             None,
         )),
     }
-}
-
-/// A workspace of at most this many entries is walked on the async thread
-/// that asks: every execution walks it twice (before and after), and two
-/// hand-offs to a blocking thread and back cost more than walking a few
-/// dozen entries (0.26 ms of a 1.5 ms back-to-back execution).
-const WALKED_IN_PLACE: usize = 64;
-
-/// Each workspace file's (size, modification time), to compare with after
-/// an execution; None when the workspace is too large to be worth it.
-pub async fn snapshot(state: &Arc<AppState>) -> Option<HashMap<String, (u64, i128)>> {
-    let files = match state.workspace.files_if_small(WALKED_IN_PLACE) {
-        Ok(Some(files)) => files,
-        Ok(None) | Err(_) => {
-            let st = state.clone();
-            tools::blocking(state, move || Ok(st.workspace.files()?))
-                .await
-                .ok()?
-        }
-    };
-    (files.len() <= MAX_SCANNED).then(|| {
-        files
-            .into_iter()
-            .map(|f| (f.path, (f.size, f.modified_ns)))
-            .collect()
-    })
-}
-
-/// The files created or changed since `before` (path and size, by path),
-/// announced to subscribers as they are found.
-pub async fn written_since(
-    state: &Arc<AppState>,
-    before: Option<HashMap<String, (u64, i128)>>,
-) -> Vec<Value> {
-    let Some(before) = before else {
-        return Vec::new();
-    };
-    let Some(after) = snapshot(state).await else {
-        return Vec::new();
-    };
-    let mut written: Vec<(&String, u64)> = after
-        .iter()
-        .filter(|(path, stamp)| before.get(*path) != Some(stamp))
-        .map(|(path, (size, _))| (path, *size))
-        .collect();
-    written.sort();
-    for path in before.keys().filter(|p| !after.contains_key(*p)) {
-        changed(state, workspace_uri(path));
-    }
-    written
-        .into_iter()
-        .map(|(path, size)| {
-            changed(state, workspace_uri(path));
-            json!({"path": path, "size": size})
-        })
-        .collect()
-}
-
-/// Tells subscribers that `uri` changed.
-pub fn changed(state: &AppState, uri: String) {
-    // No receiver: nobody subscribed; nothing to do.
-    let _ = state.changes.send(uri);
 }
 
 /// Resource links for the files an execution wrote (`files_written` of its

@@ -53,15 +53,15 @@ pub struct AppState {
     pub gate: crate::gate::Gate,
     /// Executions paused on an approval question that went back to the
     /// client in an input-required result, by their requestState handle.
-    pub paused: std::sync::Mutex<HashMap<String, crate::handler::Paused>>,
+    pub paused: std::sync::Mutex<HashMap<String, crate::Paused>>,
     /// This tenant's use of its `quotas`.
     pub quota: crate::quota::Quota,
     /// The store shared with other nodes (`store.url`); None: this node's
     /// data directory is the whole store.
     pub cluster: Option<Arc<cem_cluster::Cluster>>,
-    /// The URIs of resources (workspace files, skills) as they change, for
-    /// subscribed clients.
-    pub changes: tokio::sync::broadcast::Sender<String>,
+    /// Changes to the tenant's workspace and skills: tools publish them,
+    /// the catalog and resource subscribers take them in.
+    pub changes: crate::Changes,
     /// execute_code calls run as tasks (the MCP Tasks extension), until
     /// their time to live has passed.
     pub tasks: Tasks,
@@ -368,8 +368,10 @@ impl AppState {
         if let Some(cluster) = &cluster {
             crate::cluster::share_audit(&gate.audit, cluster, tenant);
         }
+        let changes = crate::Changes::new();
+        changes.subscribe(catalog.clone());
         Ok(Self {
-            changes: tokio::sync::broadcast::channel(256).0,
+            changes,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
             host: match tenant_cpu {
                 Some(cpu) => crate::host_work::HostWork::in_group(host, cpu),

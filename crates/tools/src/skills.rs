@@ -4,10 +4,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Args, ToolDef, ToolResult, blocking, success};
-use crate::AppState;
-use crate::privacy::{self, Session};
-use crate::skills::usage;
+use crate::def::ToolDef;
+use crate::skill_ops::usage;
+use cem_host::AppState;
+use cem_host::privacy::{self, Session};
+use cem_host::{Args, ToolResult, blocking, success};
 
 pub const SAVE: ToolDef = ToolDef {
     name: "save_skill",
@@ -91,7 +92,7 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
             *text = r.text;
         }
     }
-    let saved = crate::skills::save(state, &name, &description, &code, None).await?;
+    let saved = crate::skill_ops::save(state, &name, &description, &code, None).await?;
     let meta = &saved.meta;
     let message = if saved.unchanged {
         format!(
@@ -166,7 +167,7 @@ pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
 pub async fn delete(state: &Arc<AppState>, args: Args) -> ToolResult {
     args.only(&["name"])?;
     let name = args.string("name")?;
-    let versions = crate::skills::delete(state, &name).await?;
+    let versions = crate::skill_ops::delete(state, &name).await?;
     Ok(success(json!({
         "message": format!("deleted skill '{name}' ({versions} version(s))"),
         "name": name,

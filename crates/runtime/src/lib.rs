@@ -1,12 +1,17 @@
-//! The Python runtime, embedded in the binary and written out once per
-//! content hash so sandboxes can bind it read-only.
+//! The Python side of the sandbox: the runtime every execution runs in
+//! (`python/cem_runtime.py`: the bridge client, `call_tool`, wrappers,
+//! skills, the answer) and the zygote that forks a fresh interpreter per
+//! execution (`python/cem_zygote.py`), embedded in the binary and written
+//! out once per content hash so sandboxes can bind them read-only.
+//!
+//! Only the files and where they go: how they are started is `cem-engine`'s.
 
 use std::path::{Path, PathBuf};
 
 /// The runtime's source.
-pub const RUNTIME_PY: &str = include_str!("../runtime/cem_runtime.py");
+pub const RUNTIME_PY: &str = include_str!("../python/cem_runtime.py");
 /// The zygote's source (forks a fresh interpreter per execution).
-pub const ZYGOTE_PY: &str = include_str!("../runtime/cem_zygote.py");
+pub const ZYGOTE_PY: &str = include_str!("../python/cem_zygote.py");
 /// The files of the runtime directory.
 const FILES: [(&str, &str); 2] = [("cem_runtime.py", RUNTIME_PY), ("cem_zygote.py", ZYGOTE_PY)];
 /// Where the runtime directory appears inside the sandbox.

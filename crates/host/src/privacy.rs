@@ -47,7 +47,7 @@ impl Session {
 /// their key is the principal's (each tenant has its own vaults, so this is
 /// one key per person), so a client keeps its tokens from one request to
 /// the next, across access-token refreshes too.
-pub fn session_key(parts: Option<&axum::http::request::Parts>, connection: u64) -> String {
+pub fn session_key(parts: Option<&http::request::Parts>, connection: u64) -> String {
     let stateless = parts
         .and_then(|p| p.headers.get("mcp-protocol-version"))
         .and_then(|v| v.to_str().ok())
@@ -268,7 +268,7 @@ mod tests {
     #[test]
     fn session_keys() {
         let parts = |headers: &[(&str, &str)], principal: Option<cem_auth::Principal>| {
-            let mut request = axum::http::Request::builder();
+            let mut request = http::Request::builder();
             for (k, v) in headers {
                 request = request.header(*k, *v);
             }

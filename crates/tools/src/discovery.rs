@@ -7,8 +7,9 @@ use cem_catalog::{Entry, EntryKind, python};
 use cem_upstream::ServerStatus;
 use serde_json::{Value, json};
 
-use super::{Args, ToolDef, ToolFailure, ToolResult, success};
-use crate::AppState;
+use crate::def::ToolDef;
+use cem_host::AppState;
+use cem_host::{Args, ToolFailure, ToolResult, success};
 
 pub const SEARCH: ToolDef = ToolDef {
     name: "search_tools",
@@ -238,8 +239,8 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
     {
         let store = state.skills.clone();
         let name = entry.name.clone();
-        let skill = super::blocking(state, move || Ok(store.load(&name, None)?)).await?;
-        let mut python = crate::skills::usage(&skill.meta);
+        let skill = cem_host::blocking(state, move || Ok(store.load(&name, None)?)).await?;
+        let mut python = crate::skill_ops::usage(&skill.meta);
         if let Some(p) = python.as_object_mut() {
             p.insert("functions".into(), json!(skill.meta.functions));
         }

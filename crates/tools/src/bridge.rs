@@ -10,9 +10,9 @@ use cem_catalog::python::alias;
 use cem_engine::{BoxFuture, Bridge, CallError};
 use serde_json::{Value, json};
 
-use crate::AppState;
-use crate::gate::Execution;
-use crate::privacy::{self, Session};
+use cem_host::AppState;
+use cem_host::gate::Execution;
+use cem_host::privacy::{self, Session};
 use cem_pii::Kind;
 
 /// Why code cannot turn tokens back into values in automatic mode.
@@ -79,12 +79,17 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         Box::pin(async move {
-            let args = crate::tools::Args::new(arguments.as_object().cloned());
-            match crate::tools::call(&state, "search_tools", args, &session).await {
-                Some(crate::tools::Answer::Plain(Ok(v))) => Ok(v),
-                Some(crate::tools::Answer::Plain(Err(e))) => Err(e.0),
-                _ => Err("search is unavailable".into()),
+            // search_tools itself, as the agent would call it (what it shows of
+            // skills is tokenized in automatic mode), but not through the
+            // dispatcher: the execution this runs in pulled the store already.
+            let args = cem_host::Args::new(arguments.as_object().cloned());
+            let mut body = crate::discovery::search(&state, args)
+                .await
+                .map_err(|e| e.0)?;
+            if privacy::automatic(&state.config.pii) {
+                privacy::tokenize_answer(&state, &session, &mut body);
             }
+            Ok(body)
         })
     }
 
@@ -112,7 +117,7 @@ impl Bridge for ToolBridge {
             // The client shows it to people and models: tokens, not personal data.
             let message = update["message"]
                 .as_str()
-                .map(|m| crate::privacy::shown(&self.state, &self.session, m.to_string()));
+                .map(|m| cem_host::privacy::shown(&self.state, &self.session, m.to_string()));
             sink.report(done, update["total"].as_f64(), message);
         }
     }
@@ -140,8 +145,8 @@ async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String
         Some("save") => {
             let name = cem_store::SkillName::parse(&text("name")).map_err(|e| e.to_string())?;
             let analysis =
-                crate::skills::analysis_of(&name, &arguments["analysis"]).map_err(|e| e.0)?;
-            let saved = crate::skills::save(
+                crate::skill_ops::analysis_of(&name, &arguments["analysis"]).map_err(|e| e.0)?;
+            let saved = crate::skill_ops::save(
                 state,
                 name.module(),
                 &text("description"),
@@ -168,13 +173,13 @@ async fn skill(state: &Arc<AppState>, arguments: &Value) -> Result<Value, String
                 ),
             };
             let name = text("name");
-            let skill = crate::tools::blocking(state, move || Ok(store.load(&name, version)?))
+            let skill = cem_host::blocking(state, move || Ok(store.load(&name, version)?))
                 .await
                 .map_err(|e| e.0)?;
             Ok(json!({"code": skill.code, "meta": skill.meta}))
         }
         Some("list") => {
-            let (skills, _) = crate::tools::blocking(state, move || Ok(store.list()?))
+            let (skills, _) = cem_host::blocking(state, move || Ok(store.list()?))
                 .await
                 .map_err(|e| e.0)?;
             Ok(json!(skills))
@@ -322,7 +327,7 @@ async fn call(
                         Some(tool) => tool.name.to_string(),
                         None => {
                             let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-                            let shown = crate::gate::capped(name);
+                            let shown = cem_host::gate::capped(name);
                             return Err(fail(&server, &shown, unknown_tool(&server, name, &names)));
                         }
                     }
@@ -386,7 +391,7 @@ fn unknown_tool(server: &str, name: &str, names: &[&str]) -> String {
     let wanted = alias(name).to_lowercase();
     // Comparing costs the product of the lengths: no suggestion for a name
     // longer than any real one (code may pass megabytes).
-    let candidates = if name.len() > crate::gate::MAX_NAME {
+    let candidates = if name.len() > cem_host::gate::MAX_NAME {
         &[][..]
     } else {
         names
@@ -411,7 +416,7 @@ fn unknown_tool(server: &str, name: &str, names: &[&str]) -> String {
     format!(
         "{server} has no tool named '{}'{hint}. search_tools finds tools by what they do; \
          call one by the name it gives.",
-        crate::gate::capped(name)
+        cem_host::gate::capped(name)
     )
 }
 

@@ -613,10 +613,10 @@ impl Drop for CallRecord<'_> {
 /// The most of a tool name an audit line or a refusal carries. Code can
 /// pass any string as a name; a megabyte name in every refusal would push
 /// the log's older lines out of rotation.
-pub(crate) const MAX_NAME: usize = 200;
+pub const MAX_NAME: usize = 200;
 
 /// `name`, cut to [`MAX_NAME`] bytes with its full length said.
-pub(crate) fn capped(name: &str) -> String {
+pub fn capped(name: &str) -> String {
     if name.len() <= MAX_NAME {
         return name.to_string();
     }

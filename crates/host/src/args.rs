@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::ToolFailure;
+use crate::ToolFailure;
 
 /// The arguments of one call, checked against the names a tool accepts.
 #[derive(Debug, Default)]

@@ -512,3 +512,15 @@ pub fn skill_entry(meta: SkillMeta) -> Entry {
         ..Entry::default()
     }
 }
+
+/// A skill saved or deleted is searchable (or gone) before the tool that
+/// changed it answers.
+impl crate::changes::Subscriber for CatalogService {
+    fn changed<'a>(&'a self, change: &'a crate::Change) -> futures_util::future::BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if matches!(change, crate::Change::Skill(_)) {
+                self.skills_changed().await;
+            }
+        })
+    }
+}

@@ -1,6 +1,6 @@
 //! What the policy gate and the audit log add to an upstream tool call.
 //!
-//! `cargo bench -p cem-server --bench gate` (needs `node` and the test
+//! `cargo bench -p cem-host --bench gate` (needs `node` and the test
 //! servers `scripts/test` installs under tests/js/node_modules). One process,
 //! one running server-everything over stdio: rounds alternate a block of
 //! plain `Manager::call`s (an rmcp client, no policy) with a block of
@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use cem_audit::AuditLog;
+use cem_host::gate::{Caller, Execution, Gate};
 use cem_policy::{Budget, Decision, Pattern, Policy, Rule};
-use cem_server::gate::{Caller, Execution, Gate};
 use cem_store::PinStore;
 use serde_json::{Value, json};
 

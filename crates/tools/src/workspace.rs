@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Args, ToolDef, ToolFailure, ToolResult, blocking, success};
-use crate::AppState;
-use crate::privacy::Session;
+use crate::def::ToolDef;
+use cem_host::AppState;
+use cem_host::privacy::Session;
+use cem_host::{Args, ToolFailure, ToolResult, blocking, success};
 
 pub const WRITE: ToolDef = ToolDef {
     name: "write_workspace_file",
@@ -71,7 +72,10 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
         Ok(state.workspace.write(&filename, content.as_bytes())?)
     })
     .await?;
-    crate::resources::changed(state, crate::resources::workspace_uri(&written.path));
+    state
+        .changes
+        .publish(cem_host::Change::WorkspaceFile(written.path.clone()))
+        .await;
     let verb = if written.created {
         "Created"
     } else {
@@ -89,7 +93,7 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     let shown = args.string("filename")?;
     // list_workspace_files shows names with personal data as tokens: the
     // name the model passes back may hold them.
-    let filename = if crate::privacy::automatic(&state.config.pii) {
+    let filename = if cem_host::privacy::automatic(&state.config.pii) {
         session.vault().restore(&shown).text
     } else {
         shown.clone()
@@ -98,18 +102,18 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
     let content = match blocking(state, move || Ok(reader.workspace.read_text(&filename)?)).await {
         Ok(content) => content,
         // The error quotes the restored name: the model sees it as tokens.
-        Err(e) if crate::privacy::automatic(&state.config.pii) => {
+        Err(e) if cem_host::privacy::automatic(&state.config.pii) => {
             let shown = cem_pii::tokenize_shared(&session.vault, &e.0, &state.config.pii.types);
-            return Err(super::ToolFailure(shown.text));
+            return Err(ToolFailure(shown.text));
         }
         Err(e) => return Err(e),
     };
     let size = content.len();
     // Code may have written real personal data to the file: in automatic
     // mode the model sees tokens here too.
-    let (content, tokenized) = if crate::privacy::automatic(&state.config.pii) {
+    let (content, tokenized) = if cem_host::privacy::automatic(&state.config.pii) {
         let t = cem_pii::tokenize_shared(&session.vault, &content, &state.config.pii.types);
-        let counts = (!t.counts.is_empty()).then(|| crate::privacy::summary(&t.counts));
+        let counts = (!t.counts.is_empty()).then(|| cem_host::privacy::summary(&t.counts));
         (t.text, counts)
     } else {
         (content, None)

@@ -8,8 +8,8 @@ use cem_engine::ExecRequest;
 use cem_store::{Analysis, Saved, SkillMeta, SkillName};
 use serde_json::{Map, Value, json};
 
-use crate::AppState;
-use crate::tools::ToolFailure;
+use cem_host::AppState;
+use cem_host::{Change, ToolFailure};
 
 /// The parse is quick; this only bounds a pathological input.
 const CHECK_TIMEOUT_SECONDS: u64 = 15;
@@ -146,16 +146,15 @@ pub async fn save(
     };
     let store = state.skills.clone();
     let (owned, description, code) = (name.to_string(), description.to_string(), code.to_string());
-    let saved = crate::cluster::change_skill(state, name, move || {
+    let saved = cem_host::cluster::change_skill(state, name, move || {
         store.save(&owned, &description, &code, &analysis)
     })
     .await??;
     if !saved.unchanged {
-        state.catalog.skills_changed().await;
-        crate::resources::changed(
-            state,
-            format!("{}{}", crate::resources::SKILL, saved.meta.name),
-        );
+        state
+            .changes
+            .publish(Change::Skill(saved.meta.name.clone()))
+            .await;
     }
     Ok(saved)
 }
@@ -164,9 +163,8 @@ pub async fn save(
 pub async fn delete(state: &Arc<AppState>, name: &str) -> Result<usize, ToolFailure> {
     let store = state.skills.clone();
     let owned = name.to_string();
-    let gone = crate::cluster::change_skill(state, name, move || store.delete(&owned)).await??;
-    state.catalog.skills_changed().await;
-    crate::resources::changed(state, format!("{}{name}", crate::resources::SKILL));
+    let gone = cem_host::cluster::change_skill(state, name, move || store.delete(&owned)).await??;
+    state.changes.publish(Change::Skill(name.to_string())).await;
     Ok(gone)
 }
 

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use cem_engine::{EngineError, ExecRequest};
 use serde_json::json;
 
-use super::{Answer, Args, ToolDef, ToolFailure};
-use crate::AppState;
-use crate::gate::{Caller, Execution};
-use crate::privacy::{self, Session};
+use crate::def::ToolDef;
+use cem_host::AppState;
+use cem_host::gate::{Caller, Execution};
+use cem_host::privacy::{self, Session};
+use cem_host::{Answer, Args, ToolFailure};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
@@ -78,7 +79,7 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     }
     if quotas.workspace_bytes.is_some() {
         let st = state.clone();
-        match super::blocking(state, move || Ok(st.workspace.usage()?)).await {
+        match cem_host::blocking(state, move || Ok(st.workspace.usage()?)).await {
             Ok(usage) => request.disk_limit_bytes = state.quota.disk_allowance(usage.bytes),
             Err(e) => return Answer::Plain(Err(e)),
         }
@@ -105,10 +106,10 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         ) as cem_upstream::ProgressFn
     });
     let exec = Arc::new(exec);
-    let code_digest = crate::gate::sha256(request.code.as_bytes());
+    let code_digest = cem_host::gate::sha256(request.code.as_bytes());
     let code_bytes = request.code.len();
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
-    let before = crate::resources::snapshot(state).await;
+    let before = crate::written::snapshot(state).await;
     // Until the answer is in hand, dropping this future (the client
     // cancelled) leaves the bookkeeping to the guard.
     let mut unfinished = Unfinished(Some(Bookkeeping {
@@ -122,7 +123,7 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         started: std::time::Instant::now(),
     }));
     let outcome = state.engine.execute(request, Some(bridge)).await;
-    let written = crate::resources::written_since(state, before).await;
+    let written = crate::written::written_since(state, before).await;
     // The outcome is known and recorded now; a drop past this point (while
     // the slot is given back) loses at most that, which frees itself.
     let shared_slot = unfinished.0.take().and_then(|b| b.shared_slot);
@@ -189,13 +190,13 @@ impl Drop for Unfinished {
                 b.code_bytes,
                 ("cancelled", ms, b.exec.calls(), Some("the client cancelled the request".into())),
             );
-            crate::resources::written_since(&b.state, b.before).await;
+            crate::written::written_since(&b.state, b.before).await;
             if let (Some(cluster), Some(slot)) = (&b.state.cluster, b.shared_slot)
                 && let Err(e) = cluster.finish_execution(slot).await
             {
                 tracing::warn!(error = %e, "a cancelled execution's end was not recorded; its slot frees itself later");
             }
-            crate::cluster::after_cancelled(&b.state, &b.session).await;
+            cem_host::cluster::after_cancelled(&b.state, &b.session).await;
         });
     }
 }
