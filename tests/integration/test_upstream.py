@@ -100,7 +100,7 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         missing = await call(client, "get_tool_definition", {"tool_name": "git_lgo"})
         assert missing["is_error"] and "closest: git.git_log" in missing["error"]
         bad = await call(client, "search_tools", {"query": "x", "detail_level": "everything"})
-        assert bad["is_error"] and "detail_level must be" in bad["error"]
+        assert bad["is_error"] and "argument 'detail_level' must be name, summary or full" in bad["error"]
         nocat = await call(client, "search_tools", {"query": "x", "category": "nope"})
         assert nocat["is_error"] and "no category 'nope'" in nocat["error"]
         # The answer repeats the query: a 100 KB one is refused, not echoed.

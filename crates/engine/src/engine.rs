@@ -11,12 +11,12 @@ use cem_sandbox::Layers;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell};
 
+use crate::EngineError;
 use crate::answer::ExecAnswer;
 use crate::bridge::Bridge;
 use crate::install::{InstallStats, Installs, parse_requirements};
 use crate::process::{CallStats, Interp, Launch, PackageMounts};
 use crate::sessions::{self, Ended, SessionTable};
-use crate::EngineError;
 use cem_sandbox::{CpuPriority, Zygote};
 
 /// Processes and threads one sandbox may run.

@@ -28,6 +28,11 @@ impl Args {
         }
     }
 
+    /// Whether `name` was given (and not as null).
+    pub fn is_set(&self, name: &str) -> bool {
+        self.0.get(name).is_some_and(|v| !v.is_null())
+    }
+
     /// A required string argument.
     pub fn string(&self, name: &str) -> Result<String, ToolFailure> {
         match self.0.get(name) {

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 pub struct ToolDef {
     pub name: &'static str,
     pub description: &'static str,
+    /// Its input schema: [`crate::input::input_schema`] of its input struct.
     pub schema: fn() -> Value,
     /// Listed under `--tools minimal` too.
     pub minimal: bool,

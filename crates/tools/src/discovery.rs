@@ -7,49 +7,63 @@ use cem_catalog::{Entry, EntryKind, python};
 use cem_upstream::ServerStatus;
 use serde_json::{Value, json};
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
 use crate::def::ToolDef;
+use crate::input::{NoArgs, input_schema, parse};
 use cem_host::AppState;
 use cem_host::{Args, ToolFailure, ToolResult, success};
 
 pub const SEARCH: ToolDef = ToolDef {
     name: "search_tools",
     description: "Find tools of the connected MCP servers by what they do. detail_level: name, summary (default) or full (with schemas).",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "category": {"type": "string", "description": "Limit to one server or category"},
-                "detail_level": {"type": "string", "enum": ["name", "summary", "full"]},
-                "limit": {"type": "integer", "default": 10}
-            },
-            "required": ["query"]
-        })
-    },
+    schema: input_schema::<SearchInput>,
     minimal: true,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct SearchInput {
+    query: String,
+    /// Limit to one server or category
+    category: Option<String>,
+    detail_level: Option<DetailLevel>,
+    #[schemars(extend("default" = 10))]
+    limit: Option<u64>,
+}
+
+// How much of each tool search_tools shows (a plain comment: a doc comment
+// would land in the schema every agent reads).
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+enum DetailLevel {
+    Name,
+    #[default]
+    Summary,
+    Full,
+}
 
 pub const DEFINITION: ToolDef = ToolDef {
     name: "get_tool_definition",
     description: "One tool as Python: typed signature (TypedDicts for nested arguments and the result), import, example.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "tool_name": {"type": "string", "description": "server.tool, or a tool name"},
-                "category": {"type": "string", "description": "The tool's server or category"},
-                "schemas": {"type": "boolean", "description": "Add the raw JSON schemas"}
-            },
-            "required": ["tool_name"]
-        })
-    },
+    schema: input_schema::<DefinitionInput>,
     minimal: true,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct DefinitionInput {
+    /// server.tool, or a tool name
+    tool_name: String,
+    /// The tool's server or category
+    category: Option<String>,
+    /// Add the raw JSON schemas
+    schemas: Option<bool>,
+}
 
 pub const CATEGORIES: ToolDef = ToolDef {
     name: "list_tool_categories",
     description: "List the upstream servers (tool count, state, errors), registry categories and skills.",
-    schema: || json!({"type": "object", "properties": {}}),
+    schema: input_schema::<NoArgs>,
     minimal: false,
 };
 
@@ -59,24 +73,20 @@ const MAX_LIMIT: u64 = 100;
 const MAX_QUERY: usize = 1000;
 
 pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["query", "category", "detail_level", "limit"])?;
-    let query = args.string("query")?;
-    let category = args.opt_string("category")?;
-    let detail = args
-        .opt_string("detail_level")?
-        .unwrap_or_else(|| "summary".into());
-    if !["name", "summary", "full"].contains(&detail.as_str()) {
-        return Err(ToolFailure(format!(
-            "detail_level must be name, summary or full, got {detail:?}"
-        )));
-    }
+    let SearchInput {
+        query,
+        category,
+        detail_level,
+        limit,
+    } = parse(&args)?;
+    let detail = detail_level.unwrap_or_default();
     if query.chars().count() > MAX_QUERY {
         return Err(ToolFailure(format!(
             "the query is {} characters; search with at most {MAX_QUERY}: say what the tool should do in a sentence",
             query.chars().count()
         )));
     }
-    let limit = args.opt_u64("limit")?.unwrap_or(10);
+    let limit = limit.unwrap_or(10);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ToolFailure(format!(
             "limit must be from 1 to {MAX_LIMIT}, got {limit}"
@@ -100,12 +110,12 @@ pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
         .iter()
         .map(|h| {
             let e = &catalog.entries()[h.index];
-            match detail.as_str() {
-                "name" => json!(e.qualified_name()),
-                "summary" => {
+            match detail {
+                DetailLevel::Name => json!(e.qualified_name()),
+                DetailLevel::Summary => {
                     json!({"name": e.name, "server": e.category, "description": e.summary()})
                 }
-                _ => full(e),
+                DetailLevel::Full => full(e),
             }
         })
         .collect();
@@ -176,10 +186,12 @@ fn with_schemas(e: &Entry, schemas: bool) -> Value {
 }
 
 pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["tool_name", "category", "schemas"])?;
-    let name = args.string("tool_name")?;
-    let category = args.opt_string("category")?;
-    let schemas = args.opt_bool("schemas")?.unwrap_or(false);
+    let DefinitionInput {
+        tool_name: name,
+        category,
+        schemas,
+    } = parse(&args)?;
+    let schemas = schemas.unwrap_or(false);
     let built = state.catalog.get().await;
     let found = built.catalog.find(&name, category.as_deref());
     let entry = match found.as_slice() {
@@ -256,7 +268,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
 }
 
 pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&[])?;
+    let NoArgs {} = parse(&args)?;
     let built = state.catalog.get().await;
     let unavailable = state.catalog.unavailable(&built);
     let mut counts: BTreeMap<(String, bool), usize> = BTreeMap::new();

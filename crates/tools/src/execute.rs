@@ -5,7 +5,11 @@ use std::sync::Arc;
 use cem_engine::{EngineError, ExecRequest};
 use serde_json::json;
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
 use crate::def::ToolDef;
+use crate::input::{input_schema, parse};
 use cem_host::AppState;
 use cem_host::gate::{Caller, Execution};
 use cem_host::privacy::{self, Session};
@@ -14,33 +18,26 @@ use cem_host::{Answer, Args, ToolFailure};
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
     description: "Run Python 3 in an isolated sandbox (no network; cwd: the persistent workspace). Set `result` to return; print() is output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install (import skills.<name>).",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "code": {"type": "string"},
-                "context_vars": {"type": "object", "description": "Variables defined before the code runs"},
-                "timeout_seconds": {"type": "integer", "default": 30},
-                "memory_mb": {"type": "integer", "default": 500},
-                "session_id": {"type": "string", "description": "Keep variables across calls with the same id"},
-                "reset_session": {"type": "boolean", "description": "Start the session afresh"},
-                "requirements": {"type": "array", "items": {"type": "string"}, "description": "Packages the host installs before the code runs, e.g. [\"pandas\"] (as the server's config allows)"}
-            },
-            "required": ["code"]
-        })
-    },
+    schema: input_schema::<ExecuteInput>,
     minimal: true,
 };
 
-const ARGS: &[&str] = &[
-    "code",
-    "context_vars",
-    "timeout_seconds",
-    "memory_mb",
-    "session_id",
-    "reset_session",
-    "requirements",
-];
+#[derive(Deserialize, JsonSchema)]
+struct ExecuteInput {
+    code: String,
+    /// Variables defined before the code runs
+    context_vars: Option<serde_json::Map<String, serde_json::Value>>,
+    #[schemars(extend("default" = 30))]
+    timeout_seconds: Option<u64>,
+    #[schemars(extend("default" = 500))]
+    memory_mb: Option<u64>,
+    /// Keep variables across calls with the same id
+    session_id: Option<String>,
+    /// Start the session afresh
+    reset_session: Option<bool>,
+    /// Packages the host installs before the code runs, e.g. ["pandas"] (as the server's config allows)
+    requirements: Option<Vec<String>>,
+}
 
 pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> Answer {
     match request(&args) {
@@ -321,15 +318,15 @@ fn tokenize_answer(
 }
 
 fn request(args: &Args) -> Result<ExecRequest, ToolFailure> {
-    args.only(ARGS)?;
+    let input: ExecuteInput = parse(args)?;
     Ok(ExecRequest {
-        code: args.string("code")?,
-        context_vars: args.opt_object("context_vars")?,
-        timeout_seconds: args.opt_u64("timeout_seconds")?,
-        memory_mb: args.opt_u64("memory_mb")?,
-        session_id: args.opt_string("session_id")?,
-        reset_session: args.opt_bool("reset_session")?.unwrap_or(false),
-        requirements: args.opt_strings("requirements")?,
+        code: input.code,
+        context_vars: input.context_vars,
+        timeout_seconds: input.timeout_seconds,
+        memory_mb: input.memory_mb,
+        session_id: input.session_id,
+        reset_session: input.reset_session.unwrap_or(false),
+        requirements: input.requirements.unwrap_or_default(),
         ..Default::default()
     })
 }

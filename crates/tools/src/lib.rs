@@ -15,6 +15,7 @@ pub mod def;
 mod discovery;
 pub mod dispatch;
 mod execute;
+pub mod input;
 mod pii;
 pub mod resources;
 pub mod skill_ops;

@@ -7,7 +7,11 @@ use std::sync::Arc;
 use cem_pii::Kind;
 use serde_json::json;
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
 use crate::def::ToolDef;
+use crate::input::{input_schema, parse};
 use cem_host::AppState;
 use cem_host::privacy::{Session, summary};
 use cem_host::{Args, ToolResult, success};
@@ -15,29 +19,25 @@ use cem_host::{Args, ToolResult, success};
 pub const SANITIZE: ToolDef = ToolDef {
     name: "sanitize_pii",
     description: "Replace personal data and secrets in text with this session's tokens ([EMAIL_1], [PHONE_2], ...).",
-    schema: text_only,
+    schema: input_schema::<TextInput>,
     minimal: false,
 };
 
 pub const RESTORE: ToolDef = ToolDef {
     name: "restore_pii",
     description: "Put the original values back for this session's tokens in text.",
-    schema: text_only,
+    schema: input_schema::<TextInput>,
     minimal: false,
 };
 
 /// Both tools take one argument, `text`.
-fn text_only() -> serde_json::Value {
-    json!({
-        "type": "object",
-        "properties": {"text": {"type": "string"}},
-        "required": ["text"]
-    })
+#[derive(Deserialize, JsonSchema)]
+struct TextInput {
+    text: String,
 }
 
 pub fn sanitize(_state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
-    args.only(&["text"])?;
-    let text = args.string("text")?;
+    let TextInput { text } = parse(&args)?;
     let out = cem_pii::tokenize_shared(&session.vault, &text, &Kind::ALL);
     let counts = summary(&out.counts);
     Ok(success(json!({
@@ -48,8 +48,7 @@ pub fn sanitize(_state: &Arc<AppState>, args: Args, session: &Session) -> ToolRe
 }
 
 pub fn restore(args: Args, session: &Session) -> ToolResult {
-    args.only(&["text"])?;
-    let text = args.string("text")?;
+    let TextInput { text } = parse(&args)?;
     let out = session.vault().restore(&text);
     let mut answer = success(json!({"restored_text": out.text, "restored": out.restored}));
     if !out.unknown.is_empty()

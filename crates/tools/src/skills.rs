@@ -4,7 +4,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
 use crate::def::ToolDef;
+use crate::input::{NoArgs, input_schema, parse};
 use crate::skill_ops::usage;
 use cem_host::AppState;
 use cem_host::privacy::{self, Session};
@@ -13,61 +17,58 @@ use cem_host::{Args, ToolResult, blocking, success};
 pub const SAVE: ToolDef = ToolDef {
     name: "save_skill",
     description: "Save working Python as a reusable skill (importable as skills.<name>; saving a name again keeps the old version).",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "description": "lowercase_identifier"},
-                "code": {"type": "string"},
-                "description": {"type": "string", "description": "What it does and when to use it"}
-            },
-            "required": ["name", "code", "description"]
-        })
-    },
+    schema: input_schema::<SaveInput>,
     minimal: false,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct SaveInput {
+    /// lowercase_identifier
+    name: String,
+    code: String,
+    /// What it does and when to use it
+    description: String,
+}
 
 pub const LOAD: ToolDef = ToolDef {
     name: "load_skill",
     description: "A skill's code and metadata.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string"},
-                "version": {"type": "integer", "description": "Default: current"}
-            },
-            "required": ["name"]
-        })
-    },
+    schema: input_schema::<LoadInput>,
     minimal: false,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct LoadInput {
+    name: String,
+    /// Default: current
+    version: Option<u64>,
+}
 
 pub const LIST: ToolDef = ToolDef {
     name: "list_skills",
     description: "Saved skills: name, description, functions, version.",
-    schema: || json!({"type": "object", "properties": {}}),
+    schema: input_schema::<NoArgs>,
     minimal: false,
 };
 
 pub const DELETE: ToolDef = ToolDef {
     name: "delete_skill",
     description: "Delete a skill and all its versions.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {"name": {"type": "string"}},
-            "required": ["name"]
-        })
-    },
+    schema: input_schema::<NameInput>,
     minimal: false,
 };
 
+#[derive(Deserialize, JsonSchema)]
+struct NameInput {
+    name: String,
+}
+
 pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
-    args.only(&["name", "code", "description"])?;
-    let name = args.string("name")?;
-    let mut code = args.string("code")?;
-    let mut description = args.string("description")?;
+    let SaveInput {
+        name,
+        mut code,
+        mut description,
+    } = parse(&args)?;
     // The model saw the skill's personal data as tokens (load_skill) and
     // writes them back: those become the skill's values again. Any other
     // token stays a token: a skill is code every session of the tenant
@@ -123,9 +124,7 @@ pub async fn save(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
 }
 
 pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["name", "version"])?;
-    let name = args.string("name")?;
-    let version = args.opt_u64("version")?;
+    let LoadInput { name, version } = parse(&args)?;
     let store = state.skills.clone();
     let (skill, versions) =
         blocking(state, move || Ok(store.load_with_versions(&name, version)?)).await?;
@@ -139,7 +138,7 @@ pub async fn load(state: &Arc<AppState>, args: Args) -> ToolResult {
 }
 
 pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&[])?;
+    let NoArgs {} = parse(&args)?;
     let store = state.skills.clone();
     let (skills, problems) = blocking(state, move || Ok(store.list()?)).await?;
     let listed: Vec<Value> = skills
@@ -165,8 +164,7 @@ pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
 }
 
 pub async fn delete(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["name"])?;
-    let name = args.string("name")?;
+    let NameInput { name } = parse(&args)?;
     let versions = crate::skill_ops::delete(state, &name).await?;
     Ok(success(json!({
         "message": format!("deleted skill '{name}' ({versions} version(s))"),

@@ -5,19 +5,20 @@ use std::sync::Arc;
 use serde_json::json;
 
 use crate::def::ToolDef;
+use crate::input::{NoArgs, input_schema, parse};
 use cem_host::AppState;
 use cem_host::{Args, ToolResult, blocking, success};
 
 pub const STATS: ToolDef = ToolDef {
     name: "get_execution_stats",
     description: "Server status: workspace usage, skills, limits, sandbox layers, upstream servers, PII mode.",
-    schema: || json!({"type": "object", "properties": {}}),
+    schema: input_schema::<NoArgs>,
     minimal: false,
 };
 
 /// `tools`: the names `tools/list` shows.
 pub async fn stats(state: &Arc<AppState>, args: Args, tools: Vec<&'static str>) -> ToolResult {
-    args.only(&[])?;
+    let NoArgs {} = parse(&args)?;
     let st = state.clone();
     let usage = blocking(state, move || Ok(st.workspace.usage()?)).await?;
     let store = state.skills.clone();

@@ -4,7 +4,11 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use schemars::JsonSchema;
+use serde::Deserialize;
+
 use crate::def::ToolDef;
+use crate::input::{input_schema, parse};
 use cem_host::AppState;
 use cem_host::privacy::Session;
 use cem_host::{Args, ToolFailure, ToolResult, blocking, success};
@@ -12,48 +16,45 @@ use cem_host::{Args, ToolFailure, ToolResult, blocking, success};
 pub const WRITE: ToolDef = ToolDef {
     name: "write_workspace_file",
     description: "Write a text file to the persistent workspace (atomic; creates parent dirs; replaces an existing file).",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {
-                "filename": {"type": "string", "description": "Path relative to the workspace"},
-                "content": {"type": "string"}
-            },
-            "required": ["filename", "content"]
-        })
-    },
+    schema: input_schema::<WriteInput>,
     minimal: false,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct WriteInput {
+    /// Path relative to the workspace
+    filename: String,
+    content: String,
+}
 
 pub const READ: ToolDef = ToolDef {
     name: "read_workspace_file",
     description: "Read a UTF-8 text file from the workspace.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {"filename": {"type": "string", "description": "Path relative to the workspace"}},
-            "required": ["filename"]
-        })
-    },
+    schema: input_schema::<ReadInput>,
     minimal: false,
 };
+
+#[derive(Deserialize, JsonSchema)]
+struct ReadInput {
+    /// Path relative to the workspace
+    filename: String,
+}
 
 pub const LIST: ToolDef = ToolDef {
     name: "list_workspace_files",
     description: "List workspace files and directories recursively, with sizes.",
-    schema: || {
-        json!({
-            "type": "object",
-            "properties": {"subpath": {"type": "string", "description": "Directory to list (default: all)"}}
-        })
-    },
+    schema: input_schema::<ListInput>,
     minimal: false,
 };
 
+#[derive(Deserialize, JsonSchema)]
+struct ListInput {
+    /// Directory to list (default: all)
+    subpath: Option<String>,
+}
+
 pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["filename", "content"])?;
-    let filename = args.string("filename")?;
-    let content = args.string("content")?;
+    let WriteInput { filename, content } = parse(&args)?;
     let writer = state.clone();
     let written = blocking(state, move || {
         let state = writer;
@@ -89,8 +90,7 @@ pub async fn write(state: &Arc<AppState>, args: Args) -> ToolResult {
 }
 
 pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
-    args.only(&["filename"])?;
-    let shown = args.string("filename")?;
+    let ReadInput { filename: shown } = parse(&args)?;
     // list_workspace_files shows names with personal data as tokens: the
     // name the model passes back may hold them.
     let filename = if cem_host::privacy::automatic(&state.config.pii) {
@@ -130,8 +130,7 @@ pub async fn read(state: &Arc<AppState>, args: Args, session: &Session) -> ToolR
 }
 
 pub async fn list(state: &Arc<AppState>, args: Args) -> ToolResult {
-    args.only(&["subpath"])?;
-    let subpath = args.opt_string("subpath")?.unwrap_or_default();
+    let subpath = parse::<ListInput>(&args)?.subpath.unwrap_or_default();
     let st = state.clone();
     let listing = blocking(state, move || Ok(st.workspace.list(&subpath)?)).await?;
     let mut answer = success(json!({
