@@ -70,6 +70,11 @@ pub struct Catalog {
     deprecated: Vec<bool>,
     /// Each entry's name words as written (lowercase, not stemmed).
     exact_names: Vec<Vec<String>>,
+    /// Entries by their name's word set (see [`word_set`]): a query made of
+    /// those words names the tool.
+    by_name_words: HashMap<String, Vec<u32>>,
+    /// Each entry's server's word set, which a query may add to the name's.
+    category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
     semantic: Option<Semantic>,
 }
@@ -133,6 +138,17 @@ impl Catalog {
             .map(|e| e.description.to_ascii_lowercase().contains("deprecated"))
             .collect();
         let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
+        let mut by_name_words: HashMap<String, Vec<u32>> = HashMap::new();
+        for (i, entry) in entries.iter().enumerate() {
+            let words = word_set(&entry.name);
+            if !words.is_empty() {
+                by_name_words
+                    .entry(words.join(" "))
+                    .or_default()
+                    .push(i as u32);
+            }
+        }
+        let category_words = entries.iter().map(|e| word_set(&e.category)).collect();
         let avg_length = if lengths.is_empty() {
             1.0
         } else {
@@ -154,6 +170,8 @@ impl Catalog {
             avg_length: avg_length.max(1.0),
             deprecated,
             exact_names,
+            by_name_words,
+            category_words,
             semantic: None,
         }
     }
@@ -352,31 +370,89 @@ impl Catalog {
         }
     }
 
-    /// A query that is a tool's whole name (`git.git_log`, `git_log`) finds
-    /// that tool first, whatever its meaning scores: an agent that knows
-    /// the name wants that tool.
+    /// A query that names a tool finds it first, whatever its meaning
+    /// scores: an agent that knows the name wants that tool. Named are,
+    /// first, the tool whose whole name the query is (`git.git_log`,
+    /// `git_log`), then the tools whose name words the query is made of, in
+    /// any order, case or separator, with its server's words or not (`git
+    /// log`, `log git`, `Git-Log`, `filesystem read text file`); of those,
+    /// the ones whose names hold most of the query's words, deprecated
+    /// tools aside.
     fn put_named_first(&self, hits: &mut Vec<Hit>, query: &str, category: Option<&str>) {
         let query = query.trim();
-        if query.is_empty() || query.contains(char::is_whitespace) {
-            return;
-        }
+        let in_category =
+            |i: &usize| category.is_none_or(|c| self.entries[*i].category.eq_ignore_ascii_case(c));
         // In the category as the ranking filters it (`find` is looser).
-        let named: Vec<usize> = self
-            .find_indices(query, category)
+        let whole: Vec<usize> = if query.is_empty() || query.contains(char::is_whitespace) {
+            Vec::new()
+        } else {
+            self.find_indices(query, category)
+                .into_iter()
+                .filter(in_category)
+                .collect()
+        };
+        // A deprecated tool is named by its whole name only: `read file`
+        // wants what replaced `read_file` (its own description says so).
+        let by_words: Vec<usize> = self
+            .named_by_words(query)
             .into_iter()
-            .filter(|i| category.is_none_or(|c| self.entries[*i].category.eq_ignore_ascii_case(c)))
+            .filter(in_category)
+            .filter(|i| !whole.contains(i) && !self.deprecated[*i])
             .collect();
-        if named.is_empty() {
+        if whole.is_empty() && by_words.is_empty() {
             return;
         }
         let top = hits.iter().fold(0f32, |m, h| m.max(h.score));
-        for index in named {
-            let score = top * 2.0 + 1.0;
-            match hits.iter_mut().find(|h| h.index == index) {
-                Some(hit) => hit.score = score,
-                None => hits.push(Hit { index, score }),
+        for (named, score) in [(whole, top * 2.0 + 2.0), (by_words, top * 2.0 + 1.0)] {
+            for index in named {
+                match hits.iter_mut().find(|h| h.index == index) {
+                    Some(hit) => hit.score = score,
+                    None => hits.push(Hit { index, score }),
+                }
             }
         }
+    }
+
+    /// The tools whose name words `query` holds all of, with nothing else
+    /// but their server's words; of those, the ones whose names hold most of
+    /// the query. Looked up by each subset of the query's words (a query
+    /// of more than [`MAX_NAMING_WORDS`] words names nothing), so it costs
+    /// the same over ten tools or ten thousand.
+    fn named_by_words(&self, query: &str) -> Vec<usize> {
+        let words = word_set(query);
+        if words.is_empty() || words.len() > MAX_NAMING_WORDS {
+            return Vec::new();
+        }
+        let mut best: Vec<usize> = Vec::new();
+        let mut most = 0;
+        for mask in 1u32..(1 << words.len()) {
+            let (mut named, mut rest) = (Vec::new(), Vec::new());
+            for (bit, word) in words.iter().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    named.push(word.as_str());
+                } else {
+                    rest.push(word);
+                }
+            }
+            if named.len() < most {
+                continue;
+            }
+            let key = named.join(" ");
+            let Some(entries) = self.by_name_words.get(&key) else {
+                continue;
+            };
+            for &index in entries {
+                let server = &self.category_words[index as usize];
+                if rest.iter().all(|w| server.contains(w)) {
+                    if named.len() > most {
+                        most = named.len();
+                        best.clear();
+                    }
+                    best.push(index as usize);
+                }
+            }
+        }
+        best
     }
 
     /// Finds an entry by `name`, `category.name` or `category__name`, with
@@ -418,6 +494,19 @@ impl Catalog {
         }
         found
     }
+}
+
+/// The most words a query that names a tool by its name words may have
+/// (the subsets of its words are looked up: 2^6).
+const MAX_NAMING_WORDS: usize = 6;
+
+/// The words of a name or query as a set: split at separators and case
+/// changes, lowercase, stop words dropped, stemmed, sorted, each once.
+fn word_set(text: &str) -> Vec<String> {
+    let mut words: Vec<String> = name_words(text).iter().map(|w| stem(w)).collect();
+    words.sort();
+    words.dedup();
+    words
 }
 
 /// Whether two names are the same without case, with `-` as `_`.
@@ -502,6 +591,40 @@ mod tests {
         assert_eq!(top(&c, "commit history logs"), "git_log");
         assert_eq!(top(&c, "tiny image"), "getTinyImage");
         assert_eq!(top(&c, "add two numbers sum"), "get-sum");
+    }
+
+    #[test]
+    fn a_query_of_a_tools_name_words_names_it() {
+        let c = Catalog::new(vec![
+            entry(
+                "git",
+                "git_branch",
+                "List git log branches and the log of each",
+            ),
+            entry("git", "git_log", "Shows the commit logs"),
+            entry("k8s", "kubectl_get", "Get or list kubectl resources"),
+            entry("k8s", "kubectl_get_logs", "Get kubectl logs of a pod"),
+            entry("fs", "read_text_file", "Read a file as text"),
+            entry("other", "log", "Write a log line"),
+        ]);
+        // Any order, case or separator; stop words and plurals aside.
+        for q in ["git log", "log git", "Git-Log", "GIT LOGS", "the git log"] {
+            assert_eq!(top(&c, q), "git_log", "{q}");
+        }
+        // The name holding most of the query wins: `kubectl get logs` is
+        // not `kubectl_get`, and `log` alone is the `log` tool's name.
+        assert_eq!(top(&c, "kubectl get"), "kubectl_get");
+        assert_eq!(top(&c, "get logs kubectl"), "kubectl_get_logs");
+        assert_eq!(top(&c, "log"), "log");
+        // With its server's words too; a word of neither names nothing.
+        assert_eq!(c.named_by_words("fs read text file"), vec![4]);
+        assert!(c.named_by_words("read text file quickly").is_empty());
+        // Within the category asked for only.
+        assert!(
+            c.search("git log", Some("k8s"), 3)
+                .iter()
+                .all(|h| c.entries()[h.index].category == "k8s")
+        );
     }
 
     #[test]

@@ -219,3 +219,83 @@ fn a_tools_own_name_finds_it_first() {
         }
     }
 }
+
+/// A tool's name words as a set: lowercase, stemmed, in order.
+fn word_set(text: &str) -> Vec<String> {
+    let mut words: Vec<String> = split_words(text).iter().map(|w| stem(w)).collect();
+    words.sort();
+    words.dedup();
+    words
+}
+
+/// Queries made of a tool's own name words, in any order, with any
+/// separator or case (`git log`, `log git`, `git-log`, `Git Log`), and with
+/// its server's name before them (`filesystem read text file`); each answered
+/// by every tool whose words are exactly those (two servers may both have a
+/// `search`).
+fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
+    let deprecated = |e: &Entry| e.description.to_ascii_lowercase().contains("deprecated");
+    let mut needs = Vec::new();
+    // A deprecated tool is named by its whole name only (its words find its
+    // replacement).
+    for entry in entries.iter().filter(|e| !deprecated(e)) {
+        let words = split_words(&entry.name);
+        let mut reversed = words.clone();
+        reversed.reverse();
+        let title: Vec<String> = words
+            .iter()
+            .map(|w| {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let mut queries = vec![
+            words.join(" "),
+            reversed.join(" "),
+            words.join("-"),
+            title.join(" "),
+        ];
+        let server_words = split_words(&entry.category);
+        if server_words.iter().any(|w| !words.contains(w)) {
+            queries.push(format!("{} {}", entry.category, words.join(" ")));
+        }
+        queries.dedup();
+        for query in queries {
+            let wanted = word_set(&query);
+            let answers: Vec<String> = entries
+                .iter()
+                .filter(|e| {
+                    !deprecated(e)
+                        && (word_set(&e.name) == wanted
+                            || word_set(&format!("{} {}", e.category, e.name)) == wanted)
+                })
+                .map(Entry::qualified_name)
+                .collect();
+            needs.push(Need {
+                line: needs.len() + 1,
+                text: query,
+                answers,
+            });
+        }
+    }
+    needs
+}
+
+/// A query built from a tool's own name words finds that tool first, by
+/// words alone and with meaning: meaning put `git_branch` above `git_log`
+/// for `git log`.
+#[test]
+fn a_tools_name_words_find_it_first() {
+    let entries = entries();
+    let needs = name_word_queries(&entries);
+    let lexical = Catalog::new(entries.clone());
+    let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
+    let [l, _, _] = evaluate(&lexical, &needs, false);
+    let [h, _, _] = evaluate(&hybrid, &needs, true);
+    println!("name words lexical {}", l.line());
+    println!("name words hybrid  {}", h.line());
+    assert_eq!(l.top1, l.needs, "lexical {}", l.line());
+    assert_eq!(h.top1, h.needs, "hybrid {}", h.line());
+}
