@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use crate::entry::Entry;
 use crate::fields::{effect_words, parameters};
+use crate::learned::{Learned, term_set};
 use crate::semantic::{Closeness, Semantic};
 use crate::text::{edit_distance, name_words, split_words, stem, terms};
 
@@ -43,6 +44,20 @@ const DEPRECATED_FACTOR: f32 = 0.5;
 /// adds this share to its score: "read a file" prefers `read_text_file` to
 /// `read_multiple_files`, which the stemmer alone cannot tell apart.
 const EXACT_NAME_BONUS: f32 = 0.15;
+/// What a recorded use adds at most to its tool's score when a query
+/// repeats it (the same stemmed words, used many times): about what meaning
+/// gives the best tool, so the tool used last time comes first, and a name
+/// still ranks above it. Less as fewer words are shared, nothing below
+/// [`LEARN_SHARED_FLOOR`] of them.
+const LEARN_WEIGHT: f32 = 1.0;
+const LEARN_SHARED_FLOOR: f32 = 0.5;
+/// What a recorded use adds at most for a query close in meaning only
+/// (cosine above [`LEARN_MEANING_FLOOR`]): little, as the static model
+/// finds unrelated needs fairly close. On the evaluation (a use of one
+/// phrasing, another searched), 0.3 over 0.45 gained a point of top-1 and
+/// top-3 where larger weights or lower floors lost up to ten.
+const LEARN_MEANING_WEIGHT: f32 = 0.3;
+const LEARN_MEANING_FLOOR: f32 = 0.45;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
 
@@ -51,6 +66,29 @@ const B: f32 = 0.75;
 pub struct Hit {
     pub index: usize,
     pub score: f32,
+}
+
+/// Why a hit ranked where it did (`tools search --explain`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Why {
+    pub hit: Hit,
+    /// BM25 over the weighted fields (before scaling).
+    pub words: f32,
+    /// The cosine with the tool, and with its server, when ranking by meaning.
+    pub meaning: Option<(f32, f32)>,
+    /// Named by the query: by its whole name or by its name words.
+    pub named: Option<&'static str>,
+    /// What recorded uses added, and the recorded query that counted most.
+    pub learned: Option<(f32, String)>,
+    pub deprecated: bool,
+}
+
+/// Recorded uses and the time to weigh them at, for one search.
+#[derive(Debug, Clone, Copy)]
+pub struct Learning<'a> {
+    pub learned: &'a Learned,
+    /// Unix seconds.
+    pub now: u64,
 }
 
 /// Entries and their inverted index.
@@ -70,6 +108,8 @@ pub struct Catalog {
     deprecated: Vec<bool>,
     /// Each entry's name words as written (lowercase, not stemmed).
     exact_names: Vec<Vec<String>>,
+    /// Entries by `server.tool`, for recorded uses.
+    by_qualified: HashMap<String, usize>,
     /// Entries by their name's word set (see [`word_set`]): a query made of
     /// those words names the tool.
     by_name_words: HashMap<String, Vec<u32>>,
@@ -149,6 +189,11 @@ impl Catalog {
             }
         }
         let category_words = entries.iter().map(|e| word_set(&e.category)).collect();
+        let by_qualified = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.qualified_name(), i))
+            .collect();
         let avg_length = if lengths.is_empty() {
             1.0
         } else {
@@ -171,6 +216,7 @@ impl Catalog {
             deprecated,
             exact_names,
             by_name_words,
+            by_qualified,
             category_words,
             semantic: None,
         }
@@ -191,17 +237,51 @@ impl Catalog {
     /// The best `limit` entries for `query`, optionally within one
     /// category, best first. An empty query lists the category in order.
     pub fn search(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<Hit> {
-        self.rank(query, category, limit, true)
+        self.rank(query, category, limit, true, None, None)
+    }
+
+    /// As [`Catalog::search`], with recorded uses lifting the tools used
+    /// after searches close to this one.
+    pub fn search_learned(
+        &self,
+        query: &str,
+        category: Option<&str>,
+        limit: usize,
+        learning: Learning<'_>,
+    ) -> Vec<Hit> {
+        self.rank(query, category, limit, true, Some(learning), None)
+    }
+
+    /// The hits of [`Catalog::search_learned`] (or [`Catalog::search`]
+    /// without `learning`), each with why it ranked there.
+    pub fn explain(
+        &self,
+        query: &str,
+        category: Option<&str>,
+        limit: usize,
+        learning: Option<Learning<'_>>,
+    ) -> Vec<Why> {
+        let mut why = Vec::new();
+        self.rank(query, category, limit, true, learning, Some(&mut why));
+        why
     }
 
     /// As [`Catalog::search`], by words alone: for a name that was not
     /// found ("git_lgo"), whose closest names are a matter of spelling, not
     /// of meaning.
     pub fn search_words(&self, query: &str, category: Option<&str>, limit: usize) -> Vec<Hit> {
-        self.rank(query, category, limit, false)
+        self.rank(query, category, limit, false, None, None)
     }
 
-    fn rank(&self, query: &str, category: Option<&str>, limit: usize, meaning: bool) -> Vec<Hit> {
+    fn rank(
+        &self,
+        query: &str,
+        category: Option<&str>,
+        limit: usize,
+        meaning: bool,
+        learning: Option<Learning<'_>>,
+        explain: Option<&mut Vec<Why>>,
+    ) -> Vec<Hit> {
         let in_category =
             |i: usize| category.is_none_or(|c| self.entries[i].category.eq_ignore_ascii_case(c));
         let query_terms = terms(query);
@@ -218,17 +298,34 @@ impl Catalog {
             _ => None,
         };
         let by_words_alone = closeness.is_none();
-        let mut hits: Vec<Hit> = match closeness {
-            Some(closeness) => blend(&lexical, &closeness),
+        let mut hits: Vec<Hit> = match &closeness {
+            Some(closeness) => blend(&lexical, closeness),
             None => lexical
-                .into_iter()
+                .iter()
                 .map(|(doc, score)| Hit {
-                    index: doc as usize,
-                    score,
+                    index: *doc as usize,
+                    score: *score,
                 })
                 .collect(),
         };
         let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
+        let learned = learning.map_or_else(HashMap::new, |l| self.learned_boosts(query, l));
+        if !learned.is_empty() {
+            let at: HashMap<usize, usize> = hits
+                .iter()
+                .enumerate()
+                .map(|(at, h)| (h.index, at))
+                .collect();
+            for (&index, (boost, _)) in &learned {
+                match at.get(&index) {
+                    Some(&at) => hits[at].score += boost,
+                    None => hits.push(Hit {
+                        index,
+                        score: *boost,
+                    }),
+                }
+            }
+        }
         hits.retain(|h| in_category(h.index));
         for hit in &mut hits {
             if self.deprecated[hit.index] && !wants_deprecated {
@@ -240,7 +337,7 @@ impl Catalog {
         if by_words_alone {
             self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
         }
-        self.put_named_first(&mut hits, query, category);
+        let named = self.put_named_first(&mut hits, query, category);
         let order = |a: &Hit, b: &Hit| {
             b.score
                 .total_cmp(&a.score)
@@ -254,7 +351,69 @@ impl Catalog {
         }
         hits.sort_by(order);
         hits.truncate(limit);
+        if let Some(why) = explain {
+            why.extend(hits.iter().map(|hit| {
+                Why {
+                    hit: *hit,
+                    words: lexical.get(&(hit.index as u32)).copied().unwrap_or(0.0),
+                    meaning: closeness
+                        .as_ref()
+                        .map(|c| (c.own[hit.index], c.server[hit.index])),
+                    named: named
+                        .iter()
+                        .find(|(i, _)| *i == hit.index)
+                        .map(|(_, how)| *how),
+                    learned: learned
+                        .get(&hit.index)
+                        .map(|(boost, query)| (*boost, query.clone())),
+                    deprecated: self.deprecated[hit.index],
+                }
+            }));
+        }
         hits
+    }
+
+    /// What recorded uses add to their tools for `query`: for each tool,
+    /// the most any one record adds, with that record's words.
+    fn learned_boosts(&self, query: &str, learning: Learning<'_>) -> HashMap<usize, (f32, String)> {
+        let mut boosts: HashMap<usize, (f32, String)> = HashMap::new();
+        let words = name_words(query);
+        let terms = term_set(&words);
+        if terms.is_empty() || learning.learned.is_empty() {
+            return boosts;
+        }
+        let model = self.semantic.as_ref().map(|s| s.model);
+        let q = model
+            .map(|m| m.embed(words.iter().map(String::as_str)))
+            .filter(|v| v.iter().any(|x| *x != 0.0));
+        for used in learning.learned.uses() {
+            let Some(&index) = self.by_qualified.get(&used.tool) else {
+                continue;
+            };
+            let recorded = used.terms();
+            let common = recorded.iter().filter(|t| terms.contains(t)).count();
+            let shared = common as f32 / (recorded.len() + terms.len() - common).max(1) as f32;
+            let by_words = LEARN_WEIGHT * above(shared, LEARN_SHARED_FLOOR);
+            let by_meaning = match (&q, model) {
+                (Some(q), Some(model)) => {
+                    let v = model.embed(used.words.iter().map(String::as_str));
+                    LEARN_MEANING_WEIGHT * above(cem_embed::dot(q, &v), LEARN_MEANING_FLOOR)
+                }
+                _ => 0.0,
+            };
+            let close = by_words.max(by_meaning);
+            if close <= 0.0 {
+                continue;
+            }
+            // One use counts 0.63 of many.
+            let strength = 1.0 - (-used.weight_at(learning.now)).exp();
+            let boost = strength * close;
+            let best = boosts.entry(index).or_insert((0.0, String::new()));
+            if boost > best.0 {
+                *best = (boost, used.words.join(" "));
+            }
+        }
+        boosts
     }
 
     /// BM25 over the weighted fields, with misspelt and prefix matches of
@@ -378,7 +537,12 @@ impl Catalog {
     /// log`, `log git`, `Git-Log`, `filesystem read text file`); of those,
     /// the ones whose names hold most of the query's words, deprecated
     /// tools aside.
-    fn put_named_first(&self, hits: &mut Vec<Hit>, query: &str, category: Option<&str>) {
+    fn put_named_first(
+        &self,
+        hits: &mut Vec<Hit>,
+        query: &str,
+        category: Option<&str>,
+    ) -> Vec<(usize, &'static str)> {
         let query = query.trim();
         let in_category =
             |i: &usize| category.is_none_or(|c| self.entries[*i].category.eq_ignore_ascii_case(c));
@@ -399,18 +563,21 @@ impl Catalog {
             .filter(in_category)
             .filter(|i| !whole.contains(i) && !self.deprecated[*i])
             .collect();
-        if whole.is_empty() && by_words.is_empty() {
-            return;
-        }
+        let mut named = Vec::new();
         let top = hits.iter().fold(0f32, |m, h| m.max(h.score));
-        for (named, score) in [(whole, top * 2.0 + 2.0), (by_words, top * 2.0 + 1.0)] {
-            for index in named {
+        for (these, score, how) in [
+            (whole, top * 2.0 + 2.0, "its whole name"),
+            (by_words, top * 2.0 + 1.0, "its name words"),
+        ] {
+            for index in these {
                 match hits.iter_mut().find(|h| h.index == index) {
                     Some(hit) => hit.score = score,
                     None => hits.push(Hit { index, score }),
                 }
+                named.push((index, how));
             }
         }
+        named
     }
 
     /// The tools whose name words `query` holds all of, with nothing else
@@ -494,6 +661,11 @@ impl Catalog {
         }
         found
     }
+}
+
+/// How far `value` is from `floor` to 1, from 0 to 1.
+fn above(value: f32, floor: f32) -> f32 {
+    ((value - floor) / (1.0 - floor)).clamp(0.0, 1.0)
 }
 
 /// The most words a query that names a tool by its name words may have

@@ -10,6 +10,7 @@
 mod entry;
 mod fields;
 mod index;
+pub mod learned;
 pub mod python;
 pub mod registry;
 mod semantic;
@@ -20,6 +21,7 @@ pub use cem_embed::StaticModel;
 /// The embedding model compiled in, when there is one (feature `semantic`).
 pub use cem_embed::builtin as builtin_model;
 pub use entry::{Effects, Entry, EntryKind};
-pub use index::{Catalog, Hit};
+pub use index::{Catalog, Hit, Learning, Why};
+pub use learned::Learned;
 pub use semantic::{Semantic, texts_to_embed};
 pub use text::{split_words, stem};

@@ -16,7 +16,7 @@ mod load;
 
 use std::collections::BTreeSet;
 
-use cem_catalog::{Catalog, Entry, Semantic, builtin_model, split_words, stem};
+use cem_catalog::{Catalog, Entry, Learned, Learning, Semantic, builtin_model, split_words, stem};
 use load::{Need, entries, read_needs};
 
 fn needs() -> Vec<Need> {
@@ -36,6 +36,7 @@ struct Score {
     needs: usize,
     top1: usize,
     top3: usize,
+    top5: usize,
     /// In the first ten: what `search_tools` shows with its default limit.
     top10: usize,
     reciprocal: f64,
@@ -47,6 +48,7 @@ impl Score {
         if let Some(r) = rank {
             self.top1 += usize::from(r == 0);
             self.top3 += usize::from(r < 3);
+            self.top5 += usize::from(r < 5);
             self.top10 += usize::from(r < 10);
             self.reciprocal += 1.0 / (r + 1) as f64;
         }
@@ -62,9 +64,10 @@ impl Score {
     }
     fn line(&self) -> String {
         format!(
-            "top-1 {:5.1}%  top-3 {:5.1}%  top-10 {:5.1}%  MRR {:.3}  ({} needs)",
+            "top-1 {:5.1}%  top-3 {:5.1}%  top-5 {:5.1}%  top-10 {:5.1}%  MRR {:.3}  ({} needs)",
             100.0 * self.top1(),
             100.0 * self.top3(),
+            100.0 * self.top5 as f64 / self.needs.max(1) as f64,
             100.0 * self.top10 as f64 / self.needs.max(1) as f64,
             self.mrr(),
             self.needs
@@ -74,7 +77,16 @@ impl Score {
 
 /// The rank of the first answer among the first 20 hits.
 fn rank(catalog: &Catalog, need: &Need) -> Option<usize> {
-    catalog.search(&need.text, None, 20).iter().position(|h| {
+    rank_learned(catalog, need, None)
+}
+
+/// As [`rank`], with recorded uses.
+fn rank_learned(catalog: &Catalog, need: &Need, learning: Option<Learning<'_>>) -> Option<usize> {
+    let hits = match learning {
+        Some(learning) => catalog.search_learned(&need.text, None, 20, learning),
+        None => catalog.search(&need.text, None, 20),
+    };
+    hits.iter().position(|h| {
         need.answers
             .contains(&catalog.entries()[h.index].qualified_name())
     })
@@ -298,4 +310,85 @@ fn a_tools_name_words_find_it_first() {
     println!("name words hybrid  {}", h.line());
     assert_eq!(l.top1, l.needs, "lexical {}", l.line());
     assert_eq!(h.top1, h.needs, "hybrid {}", h.line());
+}
+
+/// When learning is weighed (any fixed time: the records are as fresh).
+const NOW: u64 = 1_800_000_000;
+
+/// Records that each need's first answer was used after a search for it.
+fn learned_from(needs: &[&Need]) -> Learned {
+    let mut learned = Learned::default();
+    for need in needs {
+        learned.record(&need.text, &need.answers[0], NOW);
+    }
+    learned
+}
+
+fn score_of(catalog: &Catalog, needs: &[&Need], learned: Option<&Learned>) -> Score {
+    let mut score = Score::default();
+    for need in needs {
+        let learning = learned.map(|learned| Learning { learned, now: NOW });
+        score.add(rank_learned(catalog, need, learning));
+    }
+    score
+}
+
+/// Learning from use, measured honestly: the needs are split by line
+/// parity; the uses of one half are recorded (each need's tool used once
+/// after searching for it), and the other half is searched: only needs
+/// whose tool has another phrasing in the recorded half count. Then both
+/// halves swap. Also: the same phrasing searched again after its use (every
+/// need recorded), and the named sets with every need recorded (learning
+/// must not cost a named tool its place).
+#[test]
+fn learning_from_one_use_of_another_phrasing() {
+    let entries = entries();
+    let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
+    let needs = needs();
+    let (mut without, mut with) = (Score::default(), Score::default());
+    for half in 0..2 {
+        let recorded: Vec<&Need> = needs.iter().filter(|n| n.line % 2 == half).collect();
+        let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
+        let searched: Vec<&Need> = needs
+            .iter()
+            .filter(|n| n.line % 2 != half && n.answers.iter().any(|a| tools.contains(a.as_str())))
+            .collect();
+        let learned = learned_from(&recorded);
+        let before = score_of(&hybrid, &searched, None);
+        let after = score_of(&hybrid, &searched, Some(&learned));
+        println!("learning half {half}: without {}", before.line());
+        println!("learning half {half}: with    {}", after.line());
+        for (total, part) in [(&mut without, before), (&mut with, after)] {
+            total.needs += part.needs;
+            total.top1 += part.top1;
+            total.top3 += part.top3;
+            total.top5 += part.top5;
+            total.top10 += part.top10;
+            total.reciprocal += part.reciprocal;
+        }
+    }
+    println!("learning both halves: without {}", without.line());
+    println!("learning both halves: with    {}", with.line());
+    let all: Vec<&Need> = needs.iter().collect();
+    let learned = learned_from(&all);
+    let again = score_of(&hybrid, &all, Some(&learned));
+    println!("the same phrasing again: {}", again.line());
+    let named = read_needs("named.jsonl");
+    let named: Vec<&Need> = named.iter().collect();
+    let words = name_word_queries(&entries);
+    let words: Vec<&Need> = words.iter().collect();
+    let named_with = score_of(&hybrid, &named, Some(&learned));
+    let words_with = score_of(&hybrid, &words, Some(&learned));
+    println!("named with learning      {}", named_with.line());
+    println!("name words with learning {}", words_with.line());
+    // Learning must help, and must never cost a tool named by its words
+    // its first place.
+    assert!(
+        with.top3 > without.top3,
+        "with {} without {}",
+        with.line(),
+        without.line()
+    );
+    assert!(again.top1() >= 0.95, "again {}", again.line());
+    assert_eq!(words_with.top1, words_with.needs, "{}", words_with.line());
 }

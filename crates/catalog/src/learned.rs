@@ -1,0 +1,181 @@
+//! Learning from use: which tool an agent went on to use after a search.
+//!
+//! When code calls a tool (or the agent reads its definition) after a
+//! `search_tools` in the same session, the search's words are recorded
+//! against that tool. Later searches close to a recorded one (in words, and
+//! in meaning when the catalog has a model) rank its tool higher: agents of
+//! one deployment ask for the same things again and again, in other words
+//! each time.
+//!
+//! Each record decays (half its weight every [`HALF_LIFE_SECS`]) and there
+//! are at most [`MAX_USES`]; the weakest goes first. Pure data: what to
+//! record, where it is kept and when personal data is removed from the
+//! query is the caller's.
+
+use serde::{Deserialize, Serialize};
+
+use crate::text::{name_words, stem};
+
+/// A record loses half its weight in this many seconds (two weeks): what a
+/// team stopped doing fades, what it does daily stays.
+pub const HALF_LIFE_SECS: f64 = 14.0 * 24.0 * 3600.0;
+/// Records kept per tenant.
+pub const MAX_USES: usize = 2_000;
+/// Words kept of one query: a search is a sentence, not a document.
+pub const MAX_WORDS: usize = 16;
+/// Below this decayed weight a record is dropped (about five half-lives
+/// after a single use).
+const FORGOTTEN: f32 = 0.03;
+
+/// One recorded use: a search's words and the tool used after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Use {
+    /// The query's words (lowercase, as written, stop words dropped).
+    pub words: Vec<String>,
+    /// The tool used after it (`server.tool`).
+    pub tool: String,
+    /// How often, as of `last` (decays from there).
+    pub weight: f32,
+    /// When it was last recorded (Unix seconds).
+    pub last: u64,
+}
+
+impl Use {
+    /// The weight at `now`.
+    pub fn weight_at(&self, now: u64) -> f32 {
+        let age = now.saturating_sub(self.last) as f64;
+        (f64::from(self.weight) * 0.5f64.powf(age / HALF_LIFE_SECS)) as f32
+    }
+
+    /// The query's words stemmed, as a sorted set.
+    pub(crate) fn terms(&self) -> Vec<String> {
+        term_set(&self.words)
+    }
+}
+
+/// One tenant's recorded uses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    uses: Vec<Use>,
+}
+
+impl Learned {
+    /// Records that `tool` was used after a search for `query` (its
+    /// personal data already removed). The same words for the same tool
+    /// add to one record. Returns whether anything was recorded (a query
+    /// of stop words only is not).
+    pub fn record(&mut self, query: &str, tool: &str, now: u64) -> bool {
+        let mut words = name_words(query);
+        words.truncate(MAX_WORDS);
+        if words.is_empty() || tool.is_empty() {
+            return false;
+        }
+        let terms = term_set(&words);
+        match self
+            .uses
+            .iter_mut()
+            .find(|u| u.tool == tool && u.terms() == terms)
+        {
+            Some(existing) => {
+                existing.weight = existing.weight_at(now) + 1.0;
+                existing.last = now;
+                existing.words = words;
+            }
+            None => self.uses.push(Use {
+                words,
+                tool: tool.to_string(),
+                weight: 1.0,
+                last: now,
+            }),
+        }
+        self.prune(now);
+        true
+    }
+
+    /// Drops what has faded and, past [`MAX_USES`], the weakest.
+    pub fn prune(&mut self, now: u64) {
+        self.uses.retain(|u| u.weight_at(now) >= FORGOTTEN);
+        if self.uses.len() > MAX_USES {
+            self.uses
+                .sort_by(|a, b| b.weight_at(now).total_cmp(&a.weight_at(now)));
+            self.uses.truncate(MAX_USES);
+        }
+    }
+
+    /// Every record, strongest first.
+    pub fn list(&self, now: u64) -> Vec<&Use> {
+        let mut all: Vec<&Use> = self.uses.iter().collect();
+        all.sort_by(|a, b| b.weight_at(now).total_cmp(&a.weight_at(now)));
+        all
+    }
+
+    /// Forgets every record, or only those of `tool`; how many went.
+    pub fn clear(&mut self, tool: Option<&str>) -> usize {
+        let before = self.uses.len();
+        self.uses.retain(|u| tool.is_some_and(|t| u.tool != t));
+        before - self.uses.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.uses.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.uses.is_empty()
+    }
+
+    pub(crate) fn uses(&self) -> &[Use] {
+        &self.uses
+    }
+}
+
+/// Words stemmed, as a sorted set.
+pub(crate) fn term_set(words: &[String]) -> Vec<String> {
+    let mut terms: Vec<String> = words.iter().map(|w| stem(w)).collect();
+    terms.sort();
+    terms.dedup();
+    terms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_words_for_the_same_tool_add_up_and_fade() {
+        let mut learned = Learned::default();
+        assert!(learned.record("show the commit history", "git.git_log", 1000));
+        assert!(learned.record("History of COMMITS, show", "git.git_log", 1000));
+        assert!(learned.record("show the commit history", "github.list_commits", 1000));
+        assert!(!learned.record("the of a", "git.git_log", 1000));
+        assert_eq!(learned.len(), 2);
+        let top = learned.list(1000);
+        assert_eq!(top[0].tool, "git.git_log");
+        assert!((top[0].weight_at(1000) - 2.0).abs() < 1e-6);
+        let later = 1000 + HALF_LIFE_SECS as u64;
+        assert!((top[0].weight_at(later) - 1.0).abs() < 1e-3);
+        // Long unused, it is forgotten.
+        learned.prune(1000 + 7 * HALF_LIFE_SECS as u64);
+        assert!(learned.is_empty());
+    }
+
+    #[test]
+    fn there_are_at_most_max_uses_and_the_weakest_go() {
+        let mut learned = Learned::default();
+        // A word per record: "baaaq", "baabq", ... (digits would be split
+        // off, and a stemmer suffix would merge two).
+        let word = |i: usize| {
+            let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
+            format!("b{}{}{}q", letter(i / 676), letter(i / 26), letter(i))
+        };
+        for i in 0..MAX_USES + 10 {
+            assert!(learned.record(&format!("need {}", word(i)), "s.t", i as u64));
+        }
+        assert_eq!(learned.len(), MAX_USES);
+        // The oldest (weakest) went.
+        let first = word(0);
+        assert!(learned.list(0).iter().all(|u| u.words[1] != first));
+        assert_eq!(learned.clear(Some("other.tool")), 0);
+        assert_eq!(learned.clear(None), MAX_USES);
+    }
+}
