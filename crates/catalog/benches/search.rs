@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use cem_catalog::{Catalog, Entry, Semantic, builtin_model};
+use cem_catalog::{Catalog, Entry, Learned, Learning, Semantic, builtin_model};
 
 const QUERIES: &[&str] = &[
     "show the commit history of a repository",
@@ -88,16 +88,21 @@ fn entries() -> Result<Vec<Entry>, Box<dyn std::error::Error>> {
     Ok(entries)
 }
 
-/// p50 and p99 in ms of 20 rounds of the queries.
-fn time(catalog: &Catalog) -> (f64, f64) {
+/// p50 and p99 in ms of 20 rounds of the queries (with `learned`: as
+/// search_tools runs them with learning on).
+fn time(catalog: &Catalog, learned: Option<&Learned>) -> (f64, f64) {
+    let search = |q: &str| match learned {
+        Some(learned) => catalog.search_learned(q, None, 10, Learning { learned, now: NOW }),
+        None => catalog.search(q, None, 10),
+    };
     for q in QUERIES {
-        std::hint::black_box(catalog.search(q, None, 10));
+        std::hint::black_box(search(q));
     }
     let mut times: Vec<f64> = Vec::new();
     for _ in 0..20 {
         for q in QUERIES {
             let t0 = Instant::now();
-            std::hint::black_box(catalog.search(q, None, 10));
+            std::hint::black_box(search(q));
             times.push(t0.elapsed().as_secs_f64() * 1000.0);
         }
     }
@@ -106,12 +111,33 @@ fn time(catalog: &Catalog) -> (f64, f64) {
     (p(0.5), p(0.99))
 }
 
+const NOW: u64 = 1_800_000_000;
+
+/// A tenant's full records: the most kept, each a query of the set with a
+/// word of its own, against tools spread over the catalog.
+fn full_records(catalog: &Catalog) -> Learned {
+    let mut learned = Learned::default();
+    let letter = |n: usize| char::from(b'a' + (n % 26) as u8);
+    for i in 0..cem_catalog::learned::MAX_USES {
+        let query = format!(
+            "{} z{}{}{}q",
+            QUERIES[i % QUERIES.len()],
+            letter(i / 676),
+            letter(i / 26),
+            letter(i)
+        );
+        let tool = catalog.entries()[(i * 7919) % catalog.len()].qualified_name();
+        learned.record(&query, &tool, NOW);
+    }
+    learned
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let entries = entries()?;
     let t0 = Instant::now();
     let lexical = Catalog::new(entries.clone());
     let lexical_build_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    let (lexical_p50, lexical_p99) = time(&lexical);
+    let (lexical_p50, lexical_p99) = time(&lexical, None);
     drop(lexical);
 
     let rss_before = rss();
@@ -133,14 +159,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cached_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let hybrid = Catalog::hybrid(entries, semantic);
     let rss_vectors = rss();
-    let (p50, p99) = time(&hybrid);
+    let (p50, p99) = time(&hybrid, None);
+    let learned = full_records(&hybrid);
+    let (learned_p50, learned_p99) = time(&hybrid, Some(&learned));
     println!(
         "{{\"catalog_tools\": {}, \"p50_ms\": {p50:.3}, \"p99_ms\": {p99:.3}, \
+         \"learned_records\": {}, \"learned_p50_ms\": {learned_p50:.3}, \"learned_p99_ms\": {learned_p99:.3}, \
          \"lexical_p50_ms\": {lexical_p50:.3}, \"lexical_p99_ms\": {lexical_p99:.3}, \
          \"lexical_build_ms\": {lexical_build_ms:.1}, \"model_load_ms\": {model_load_ms:.1}, \
          \"embed_ms\": {embed_ms:.1}, \"embed_cached_ms\": {cached_ms:.1}, \
          \"model_rss_mb\": {:.1}, \"vectors_rss_mb\": {:.1}, \"searches\": {}}}",
         hybrid.len(),
+        learned.len(),
         (rss_model.saturating_sub(rss_before)) as f64 / 1048576.0,
         (rss_vectors.saturating_sub(rss_model)) as f64 / 1048576.0,
         20 * QUERIES.len(),

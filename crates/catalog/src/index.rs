@@ -386,18 +386,21 @@ impl Catalog {
         let q = model
             .map(|m| m.embed(words.iter().map(String::as_str)))
             .filter(|v| v.iter().any(|x| *x != 0.0));
-        for used in learning.learned.uses() {
+        let prepared = learning.learned.prepared(model);
+        let dims = model.map_or(0, |m| m.dims());
+        for (at, used) in learning.learned.uses().iter().enumerate() {
             let Some(&index) = self.by_qualified.get(&used.tool) else {
                 continue;
             };
-            let recorded = used.terms();
+            let Some(recorded) = prepared.terms.get(at) else {
+                continue;
+            };
             let common = recorded.iter().filter(|t| terms.contains(t)).count();
             let shared = common as f32 / (recorded.len() + terms.len() - common).max(1) as f32;
             let by_words = LEARN_WEIGHT * above(shared, LEARN_SHARED_FLOOR);
-            let by_meaning = match (&q, model) {
-                (Some(q), Some(model)) => {
-                    let v = model.embed(used.words.iter().map(String::as_str));
-                    LEARN_MEANING_WEIGHT * above(cem_embed::dot(q, &v), LEARN_MEANING_FLOOR)
+            let by_meaning = match (&q, prepared.vectors.get(at * dims..(at + 1) * dims)) {
+                (Some(q), Some(v)) if dims > 0 => {
+                    LEARN_MEANING_WEIGHT * above(cem_embed::dot(q, v), LEARN_MEANING_FLOOR)
                 }
                 _ => 0.0,
             };

@@ -12,6 +12,9 @@
 //! record, where it is kept and when personal data is removed from the
 //! query is the caller's.
 
+use std::sync::OnceLock;
+
+use cem_embed::StaticModel;
 use serde::{Deserialize, Serialize};
 
 use crate::text::{name_words, stem};
@@ -54,9 +57,27 @@ impl Use {
 }
 
 /// One tenant's recorded uses.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Learned {
     uses: Vec<Use>,
+    /// Each record's terms and vector, made on the first search after a
+    /// change (embedding 2,000 records on every search cost 4 ms).
+    #[serde(skip)]
+    prepared: OnceLock<Prepared>,
+}
+
+impl PartialEq for Learned {
+    fn eq(&self, other: &Self) -> bool {
+        self.uses == other.uses
+    }
+}
+
+/// What a search compares a query with, per record, in the records' order.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    pub terms: Vec<Vec<String>>,
+    /// `records × dims` unit vectors (empty without a model).
+    pub vectors: Vec<f32>,
 }
 
 impl Learned {
@@ -89,6 +110,7 @@ impl Learned {
             }),
         }
         self.prune(now);
+        self.prepared = OnceLock::new();
         true
     }
 
@@ -100,6 +122,7 @@ impl Learned {
                 .sort_by(|a, b| b.weight_at(now).total_cmp(&a.weight_at(now)));
             self.uses.truncate(MAX_USES);
         }
+        self.prepared = OnceLock::new();
     }
 
     /// Every record, strongest first.
@@ -113,6 +136,7 @@ impl Learned {
     pub fn clear(&mut self, tool: Option<&str>) -> usize {
         let before = self.uses.len();
         self.uses.retain(|u| tool.is_some_and(|t| u.tool != t));
+        self.prepared = OnceLock::new();
         before - self.uses.len()
     }
 
@@ -126,6 +150,21 @@ impl Learned {
 
     pub(crate) fn uses(&self) -> &[Use] {
         &self.uses
+    }
+
+    /// Each record's terms and (with `model`) vector.
+    pub(crate) fn prepared(&self, model: Option<&StaticModel>) -> &Prepared {
+        self.prepared.get_or_init(|| Prepared {
+            terms: self.uses.iter().map(Use::terms).collect(),
+            vectors: model
+                .map(|m| {
+                    self.uses
+                        .iter()
+                        .flat_map(|u| m.embed(u.words.iter().map(String::as_str)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
     }
 }
 

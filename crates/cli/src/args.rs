@@ -232,6 +232,28 @@ pub enum ToolsCommand {
         limit: u64,
         #[arg(long)]
         category: Option<String>,
+        /// Say why each tool ranked where it did: its words' score, its
+        /// closeness in meaning (to the tool, to its server), whether the
+        /// query names it, and what recorded uses added.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// What search learned from use: each recorded query, the tool used
+    /// after it and its weight now (strongest first).
+    Learned {
+        /// Whose records (a tenant id as under <data>/tenants/; default: the
+        /// local tenant's).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Forget them (with --tool: only that tool's).
+        #[arg(long)]
+        clear: bool,
+        /// server.tool: only this tool's records.
+        #[arg(long)]
+        tool: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
     },
     /// One tool's full definition (JSON).
     Show { name: String },

@@ -123,6 +123,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         }
         for tenant in tenants.all() {
             tenant.engine.shutdown().await;
+            tenant.learning.save();
         }
         tenants.shutdown_upstreams().await;
         catalog.manager().shutdown().await;

@@ -53,6 +53,19 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                 query,
                 limit,
                 category,
+                explain: true,
+            } => explain(&state, query, *limit, category.as_deref()).await,
+            ToolsCommand::Learned {
+                tenant,
+                clear,
+                tool,
+                json,
+            } => learned(&state, tenant.as_deref(), *clear, tool.as_deref(), *json),
+            ToolsCommand::Search {
+                query,
+                limit,
+                category,
+                explain: false,
             } => {
                 let args = json!({"query": query, "limit": limit, "category": category});
                 call_tool(&state, "search_tools", args).await.map(|v| {
@@ -127,6 +140,104 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
         }
     });
     Ok(code)
+}
+
+/// `tools search --explain`: the ranking with its reasons.
+async fn explain(
+    state: &Arc<AppState>,
+    query: &str,
+    limit: u64,
+    category: Option<&str>,
+) -> Result<(), String> {
+    let built = state.catalog.get().await;
+    let catalog = &built.catalog;
+    let why = state.learning.with(|learned| {
+        let learning = learned.map(|learned| cem_catalog::Learning {
+            learned,
+            now: cem_host::learning::now(),
+        });
+        catalog.explain(query, category, limit as usize, learning)
+    });
+    println!("ranking {}", state.catalog.ranking().describe());
+    if !state.learning.enabled() {
+        println!("learning is off (search.learn)");
+    }
+    for (rank, why) in why.iter().enumerate() {
+        let entry = &catalog.entries()[why.hit.index];
+        let mut reasons = vec![format!("words {:.2}", why.words)];
+        if let Some((own, server)) = why.meaning {
+            reasons.push(format!("meaning {own:.2} (server {server:.2})"));
+        }
+        if let Some(how) = why.named {
+            reasons.push(format!("named by {how}"));
+        }
+        if let Some((boost, words)) = &why.learned {
+            reasons.push(format!("learned +{boost:.2} from \"{words}\""));
+        }
+        if why.deprecated {
+            reasons.push("deprecated (halved)".into());
+        }
+        println!(
+            "{:>2}. {}  score {:.3}: {}",
+            rank + 1,
+            entry.qualified_name(),
+            why.hit.score,
+            reasons.join(", ")
+        );
+    }
+    report_unavailable(&json!({"unavailable": state.catalog.unavailable(&built)
+        .iter().map(|(s, e)| json!({"server": s, "error": e})).collect::<Vec<_>>()}));
+    Ok(())
+}
+
+/// `tools learned`: list or clear what search learned.
+fn learned(
+    state: &Arc<AppState>,
+    tenant: Option<&str>,
+    clear: bool,
+    tool: Option<&str>,
+    json: bool,
+) -> Result<(), String> {
+    let tenant_state;
+    let state = match tenant {
+        Some(id) => {
+            tenant_state = state.for_tenant(id).map_err(|e| e.to_string())?;
+            &tenant_state
+        }
+        None => state.as_ref(),
+    };
+    if clear {
+        let gone = state.learning.clear(tool);
+        println!("forgot {gone} record(s)");
+        return Ok(());
+    }
+    let now = cem_host::learning::now();
+    state.learning.with(|learned| {
+        let Some(learned) = learned else {
+            println!("learning is off (search.learn)");
+            return;
+        };
+        for used in learned.list(now) {
+            if tool.is_some_and(|t| t != used.tool) {
+                continue;
+            }
+            if json {
+                println!(
+                    "{}",
+                    json!({"query": used.words.join(" "), "tool": used.tool,
+                           "weight": used.weight_at(now), "last": used.last})
+                );
+            } else {
+                println!(
+                    "{:.2}  {}  <- \"{}\"",
+                    used.weight_at(now),
+                    used.tool,
+                    used.words.join(" ")
+                );
+            }
+        }
+    });
+    Ok(())
 }
 
 fn report_unavailable(v: &Value) {

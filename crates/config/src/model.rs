@@ -44,11 +44,19 @@ pub struct SearchConfig {
     /// words. Off ranks by words alone (fully deterministic, and what a
     /// binary built without the model does anyway).
     pub semantic: bool,
+    /// Learn from use: the words of a search are recorded against the tool
+    /// the session used next (called from code, or its definition read),
+    /// per tenant, and later searches close to them rank that tool higher.
+    /// On by default; off records nothing and ranks without the records.
+    pub learn: bool,
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
-        SearchConfig { semantic: true }
+        SearchConfig {
+            semantic: true,
+            learn: true,
+        }
     }
 }
 

@@ -756,7 +756,8 @@ impl Cx<'_> {
             let key = format!("search.{field}");
             match field.as_str() {
                 "semantic" => s.semantic = self.boolean(&key, v).unwrap_or(s.semantic),
-                _ => self.unknown(&key, &["semantic"]),
+                "learn" => s.learn = self.boolean(&key, v).unwrap_or(s.learn),
+                _ => self.unknown(&key, &["semantic", "learn"]),
             }
         }
         s

@@ -334,6 +334,15 @@ fn policy_mistakes_name_the_key() {
 #[test]
 fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
     assert!(parse("{}")?.config.search.semantic);
+    assert!(parse("{}")?.config.search.learn);
+    assert!(
+        !parse(r#"{"search": {"learn": false}}"#)?
+            .config
+            .search
+            .learn
+    );
+    let e = error(r#"{"search": {"learn": 1}}"#);
+    assert!(e.contains("search.learn"), "{e}");
     let off = parse(r#"{"search": {"semantic": false}}"#)?;
     assert!(!off.config.search.semantic);
     let e = error(r#"{"search": {"semantic": "no"}}"#);

@@ -67,6 +67,8 @@ pub struct AppState {
     pub tasks: Tasks,
     /// This tenant's share of the host's blocking threads.
     pub host: crate::host_work::HostWork,
+    /// What search learned from this tenant's use of tools.
+    pub learning: crate::learning::Learning,
 }
 
 /// The tenant's tasks (rmcp's manager, which keeps no `Debug`).
@@ -368,9 +370,14 @@ impl AppState {
         if let Some(cluster) = &cluster {
             crate::cluster::share_audit(&gate.audit, cluster, tenant);
         }
+        let learning = crate::learning::Learning::open(
+            config.search.learn,
+            Some(root.join("search").join("learned.json")),
+        );
         let changes = crate::Changes::new();
         changes.subscribe(catalog.clone());
         Ok(Self {
+            learning,
             changes,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
             host: match tenant_cpu {

@@ -83,7 +83,7 @@ impl Bridge for ToolBridge {
             // skills is tokenized in automatic mode), but not through the
             // dispatcher: the execution this runs in pulled the store already.
             let args = cem_host::Args::new(arguments.as_object().cloned());
-            let mut body = crate::discovery::search(&state, args)
+            let mut body = crate::discovery::search(&state, args, &session)
                 .await
                 .map_err(|e| e.0)?;
             if privacy::automatic(&state.config.pii) {
@@ -370,6 +370,10 @@ async fn call(
         .call(manager, exec, &server, &name, arguments, &shown)
         .await
         .map_err(|e| fail(&server, &name, e))?;
+    // The tool reached, after a search of this session: the search learns.
+    state
+        .learning
+        .used(&session.key, &format!("{server}.{name}"));
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
     if result.is_error == Some(true) {
         return Err(fail(

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cem_catalog::{Entry, EntryKind, python};
+use cem_catalog::{Entry, EntryKind, Learning, python};
 use cem_upstream::ServerStatus;
 use serde_json::{Value, json};
 
@@ -13,6 +13,7 @@ use serde::Deserialize;
 use crate::def::ToolDef;
 use crate::input::{NoArgs, input_schema, parse};
 use cem_host::AppState;
+use cem_host::privacy::Session;
 use cem_host::{Args, ToolFailure, ToolResult, success};
 
 pub const SEARCH: ToolDef = ToolDef {
@@ -72,7 +73,9 @@ const MAX_LIMIT: u64 = 100;
 /// answer repeats the query, and a longer one only costs time to embed.
 const MAX_QUERY: usize = 1000;
 
-pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
+/// `session` is the caller's: its search is remembered, and the tool it
+/// uses next learns the query's words.
+pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     let SearchInput {
         query,
         category,
@@ -105,7 +108,19 @@ pub async fn search(state: &Arc<AppState>, args: Args) -> ToolResult {
             categories(catalog.entries()).join(", ")
         )));
     }
-    let hits = catalog.search(&query, category.as_deref(), limit as usize);
+    state.learning.searched(&session.key, &query);
+    let hits = state.learning.with(|learned| match learned {
+        Some(learned) => catalog.search_learned(
+            &query,
+            category.as_deref(),
+            limit as usize,
+            Learning {
+                learned,
+                now: cem_host::learning::now(),
+            },
+        ),
+        None => catalog.search(&query, category.as_deref(), limit as usize),
+    });
     let tools: Vec<Value> = hits
         .iter()
         .map(|h| {
@@ -185,7 +200,7 @@ fn with_schemas(e: &Entry, schemas: bool) -> Value {
     v
 }
 
-pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
+pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) -> ToolResult {
     let DefinitionInput {
         tool_name: name,
         category,
@@ -219,6 +234,8 @@ pub async fn definition(state: &Arc<AppState>, args: Args) -> ToolResult {
             )));
         }
     };
+    // Reading a tool's definition after a search is a use of it.
+    state.learning.used(&session.key, &entry.qualified_name());
     // Only an upstream tool has a Python rendering to stand for its schemas.
     let is_upstream = entry.kind == EntryKind::Upstream;
     let mut answer = with_schemas(entry, schemas || !is_upstream);

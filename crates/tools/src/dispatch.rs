@@ -74,8 +74,8 @@ async fn dispatch(
 ) -> Option<Answer> {
     let answer = match name {
         "execute_code" => return Some(execute::execute(state, args, session).await),
-        "search_tools" => discovery::search(state, args).await,
-        "get_tool_definition" => discovery::definition(state, args).await,
+        "search_tools" => discovery::search(state, args, session).await,
+        "get_tool_definition" => discovery::definition(state, args, session).await,
         "list_tool_categories" => discovery::categories_tool(state, args).await,
         "write_workspace_file" => workspace::write(state, args).await,
         "read_workspace_file" => workspace::read(state, args, session).await,

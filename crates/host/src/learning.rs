@@ -1,0 +1,326 @@
+//! Learning from use, as the server keeps it for one tenant.
+//!
+//! Each session's last search is remembered (its words, personal data and
+//! secrets removed first) for [`RECENT`]; when the same session then uses a
+//! tool (code calls it, or the agent reads its definition), the search's
+//! words are recorded against that tool. The records are the tenant's:
+//! kept in `<tenant>/search/learned.json`, and with a store shared by nodes
+//! also there, so every node learns what any node saw.
+//!
+//! `search.learn: false` records nothing and searches without the records.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use cem_catalog::Learned;
+
+/// How long after a search a use still counts as its answer.
+pub const RECENT: Duration = Duration::from_secs(10 * 60);
+/// Sessions whose last search is remembered at once (the oldest goes).
+const SESSIONS: usize = 1024;
+/// The longest query remembered (characters): a search is a sentence.
+const MAX_QUERY: usize = 500;
+/// How often the records are written to disk at most; the last change is
+/// written when the state ends.
+const SAVE_EVERY: Duration = Duration::from_secs(2);
+
+/// One tenant's learning.
+#[derive(Debug)]
+pub struct Learning {
+    enabled: bool,
+    /// Where the records are kept (None: in memory only).
+    path: Option<PathBuf>,
+    /// Read by searches (many at once), written by uses.
+    learned: RwLock<Learned>,
+    /// Each session's last search, when, and the tools recorded for it
+    /// (each once: a loop of calls is one use).
+    recent: Mutex<HashMap<String, Recent>>,
+    /// When the records were last written, and whether a change waits.
+    saved: Mutex<(Instant, bool)>,
+}
+
+#[derive(Debug)]
+struct Recent {
+    query: String,
+    at: Instant,
+    recorded: Vec<String>,
+}
+
+/// Now, in Unix seconds.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Learning {
+    /// The records at `path` (a missing file: none; an unreadable one is
+    /// said and set aside, never fatal).
+    pub fn open(enabled: bool, path: Option<PathBuf>) -> Self {
+        let learned = match (&path, enabled) {
+            (Some(path), true) => read(path),
+            _ => Learned::default(),
+        };
+        Learning {
+            enabled,
+            path,
+            learned: RwLock::new(learned),
+            recent: Mutex::new(HashMap::new()),
+            // The first change is written at once.
+            saved: Mutex::new((
+                Instant::now()
+                    .checked_sub(SAVE_EVERY)
+                    .unwrap_or_else(Instant::now),
+                false,
+            )),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Remembers `query` as `session`'s last search, its personal data and
+    /// secrets removed.
+    pub fn searched(&self, session: &str, query: &str) {
+        if !self.enabled {
+            return;
+        }
+        let clean = without_personal_data(query);
+        let Ok(mut recent) = self.recent.lock() else {
+            return;
+        };
+        if recent.len() >= SESSIONS && !recent.contains_key(session) {
+            let oldest = recent
+                .iter()
+                .min_by_key(|(_, r)| r.at)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                recent.remove(&oldest);
+            }
+        }
+        recent.insert(
+            session.to_string(),
+            Recent {
+                query: clean,
+                at: Instant::now(),
+                recorded: Vec::new(),
+            },
+        );
+    }
+
+    /// `session` used `tool` (`server.tool`): its last search, if recent,
+    /// is recorded against it, once per search and tool. Returns the words
+    /// recorded.
+    pub fn used(&self, session: &str, tool: &str) -> Option<String> {
+        if !self.enabled {
+            return None;
+        }
+        let query = {
+            let mut recent = self.recent.lock().ok()?;
+            let last = recent.get_mut(session)?;
+            if last.at.elapsed() > RECENT || last.recorded.iter().any(|t| t == tool) {
+                return None;
+            }
+            last.recorded.push(tool.to_string());
+            last.query.clone()
+        };
+        let recorded = self.learned.write().ok()?.record(&query, tool, now());
+        if recorded {
+            self.changed();
+        }
+        recorded.then_some(query)
+    }
+
+    /// Runs `search` with the records (None when learning is off).
+    pub fn with<T>(&self, search: impl FnOnce(Option<&Learned>) -> T) -> T {
+        if !self.enabled {
+            return search(None);
+        }
+        match self.learned.read() {
+            Ok(learned) => search(Some(&learned)),
+            Err(_) => search(None),
+        }
+    }
+
+    /// Replaces the records with `learned` (what the shared store holds).
+    pub fn replace(&self, learned: Learned) {
+        if let Ok(mut mine) = self.learned.write() {
+            *mine = learned;
+        }
+        self.changed();
+    }
+
+    /// Forgets every record, or those of `tool`; how many went.
+    pub fn clear(&self, tool: Option<&str>) -> usize {
+        let gone = self
+            .learned
+            .write()
+            .map(|mut learned| learned.clear(tool))
+            .unwrap_or(0);
+        if gone > 0 {
+            self.changed();
+            self.save();
+        }
+        gone
+    }
+
+    /// Notes a change and writes it, at most every [`SAVE_EVERY`].
+    fn changed(&self) {
+        let due = match self.saved.lock() {
+            Ok(mut saved) => {
+                saved.1 = true;
+                saved.0.elapsed() >= SAVE_EVERY
+            }
+            Err(_) => false,
+        };
+        if due {
+            self.save();
+        }
+    }
+
+    /// Writes the records if a change waits (atomically: a crash leaves the
+    /// old file or the new one).
+    pub fn save(&self) {
+        let Some(path) = &self.path else {
+            return;
+        };
+        let Ok(mut saved) = self.saved.lock() else {
+            return;
+        };
+        if !saved.1 {
+            return;
+        }
+        let text = match self.learned.read() {
+            Ok(learned) => serde_json::to_vec(&*learned),
+            Err(_) => return,
+        };
+        let written = text.map_err(std::io::Error::other).and_then(|text| {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&tmp, text)?;
+            std::fs::rename(&tmp, path)
+        });
+        match written {
+            Ok(()) => *saved = (Instant::now(), false),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "what search learned was not saved")
+            }
+        }
+    }
+}
+
+impl Drop for Learning {
+    fn drop(&mut self) {
+        self.save();
+    }
+}
+
+/// The records at `path`; a file that cannot be read as records is moved
+/// aside (`.bad`) and said, and learning starts afresh.
+fn read(path: &std::path::Path) -> Learned {
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Learned::default(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "what search learned cannot be read; starting afresh");
+            return Learned::default();
+        }
+    };
+    match serde_json::from_slice::<Learned>(&text) {
+        Ok(mut learned) => {
+            learned.prune(now());
+            learned
+        }
+        Err(e) => {
+            let aside = path.with_extension("json.bad");
+            let _ = std::fs::rename(path, &aside);
+            tracing::warn!(path = %path.display(), moved_to = %aside.display(), error = %e,
+                "what search learned is not readable; set aside, starting afresh");
+            Learned::default()
+        }
+    }
+}
+
+/// `query` with every piece of personal data and every secret cut out: the
+/// records keep the words of a need, never a value.
+pub fn without_personal_data(query: &str) -> String {
+    let query: String = query.chars().take(MAX_QUERY).collect();
+    let mut out = String::with_capacity(query.len());
+    let mut from = 0;
+    for found in cem_pii::detect(&query) {
+        out.push_str(&query[from..found.start]);
+        out.push(' ');
+        from = found.end;
+    }
+    out.push_str(&query[from..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_use_after_a_search_is_recorded_and_kept() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("search").join("learned.json");
+        let learning = Learning::open(true, Some(path.clone()));
+        // No search yet: nothing to learn.
+        assert_eq!(learning.used("s1", "git.git_log"), None);
+        learning.searched("s1", "commit history for alice@example.com");
+        // Another session's use does not count.
+        assert_eq!(learning.used("s2", "git.git_log"), None);
+        let words = learning.used("s1", "git.git_log");
+        assert_eq!(words.as_deref().map(str::trim), Some("commit history for"));
+        // A loop of calls after one search is one use.
+        assert_eq!(learning.used("s1", "git.git_log"), None);
+        assert_eq!(
+            learning.with(|l| l.map(|l| l.list(now())[0].weight)),
+            Some(1.0)
+        );
+        learning.save();
+        drop(learning);
+        let text = std::fs::read_to_string(&path)?;
+        assert!(
+            text.contains("git.git_log") && !text.contains("alice"),
+            "{text}"
+        );
+        let again = Learning::open(true, Some(path));
+        assert_eq!(again.with(|l| l.map(Learned::len)), Some(1));
+        assert_eq!(again.clear(Some("git.git_log")), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn off_records_nothing_and_a_bad_file_is_set_aside() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("learned.json");
+        let off = Learning::open(false, Some(path.clone()));
+        off.searched("s", "commit history");
+        assert_eq!(off.used("s", "git.git_log"), None);
+        assert!(off.with(|l| l.is_none()));
+        std::fs::write(&path, "not json")?;
+        let fresh = Learning::open(true, Some(path.clone()));
+        assert_eq!(fresh.with(|l| l.map(Learned::len)), Some(0));
+        assert!(dir.path().join("learned.json.bad").exists());
+        Ok(())
+    }
+
+    #[test]
+    fn personal_data_and_secrets_are_cut_from_queries() {
+        let clean = without_personal_data(
+            "email bob@corp.example about card 4111 1111 1111 1111 with key sk-live-abcdefghijklmnopqrstuvwx",
+        );
+        assert!(
+            !clean.contains("bob@") && !clean.contains("4111"),
+            "{clean}"
+        );
+        assert!(!clean.contains("abcdefghijkl"), "{clean}");
+        assert!(clean.contains("email") && clean.contains("card"), "{clean}");
+    }
+}
