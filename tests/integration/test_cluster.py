@@ -451,3 +451,24 @@ async def test_a_cancelled_execution_s_files_reach_the_other_nodes(deployment: D
     assert body(read)["content"] == "kept"
     outcomes = d.pg.psql("SELECT record->>'outcome' FROM cem_audit WHERE record->>'event' = 'execution'")
     assert outcomes.split() == ["cancelled"], outcomes
+
+
+def test_what_search_learned_on_one_node_ranks_on_another(tmp_path: Path):
+    from conftest import SERVERS_PYTHON
+    from test_search_learning import NEED
+
+    git = {"git": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_git"]}}
+    d = deploy(tmp_path, n=2, extra={"mcpServers": git})
+    try:
+        n1, n2 = d.node_url(0), d.node_url(1)
+        search = {"query": NEED, "detail_level": "name", "limit": 10}
+        before = body(rpc(n1, "search_tools", search)[0])["tools"]
+        assert before[0] != "git.git_log" and "git.git_log" in before, before
+        assert body(rpc(n1, "get_tool_definition", {"tool_name": "git.git_log"})[0])["success"]
+        rows = d.pg.psql("SELECT words || ' -> ' || tool FROM cem_learned WHERE tenant = 'token-alice'")
+        assert rows.strip() == "who changed what lately -> git.git_log", rows
+        # The other node never saw the search or the use: it ranks with the store's records.
+        after = body(rpc(n2, "search_tools", search)[0])["tools"]
+        assert after[0] == "git.git_log", after
+    finally:
+        teardown(d)

@@ -86,8 +86,7 @@ impl Learned {
     /// add to one record. Returns whether anything was recorded (a query
     /// of stop words only is not).
     pub fn record(&mut self, query: &str, tool: &str, now: u64) -> bool {
-        let mut words = name_words(query);
-        words.truncate(MAX_WORDS);
+        let words = words_of(query);
         if words.is_empty() || tool.is_empty() {
             return false;
         }
@@ -112,6 +111,28 @@ impl Learned {
         self.prune(now);
         self.prepared = OnceLock::new();
         true
+    }
+
+    /// Records as another copy holds them (the store nodes share), the
+    /// same words for the same tool as one.
+    pub fn from_uses(uses: impl IntoIterator<Item = Use>, now: u64) -> Self {
+        let mut learned = Learned::default();
+        for used in uses {
+            let terms = used.terms();
+            match learned
+                .uses
+                .iter_mut()
+                .find(|u| u.tool == used.tool && u.terms() == terms)
+            {
+                Some(same) => {
+                    same.weight = same.weight_at(now) + used.weight_at(now);
+                    same.last = now;
+                }
+                None => learned.uses.push(used),
+            }
+        }
+        learned.prune(now);
+        learned
     }
 
     /// Drops what has faded and, past [`MAX_USES`], the weakest.
@@ -166,6 +187,14 @@ impl Learned {
                 .unwrap_or_default(),
         })
     }
+}
+
+/// The words of `query` a record keeps: lowercase, as written, stop words
+/// dropped, at most [`MAX_WORDS`].
+pub fn words_of(query: &str) -> Vec<String> {
+    let mut words = name_words(query);
+    words.truncate(MAX_WORDS);
+    words
 }
 
 /// Words stemmed, as a sorted set.

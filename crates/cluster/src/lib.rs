@@ -18,6 +18,7 @@
 
 mod audit;
 mod error;
+mod learned;
 mod quota;
 mod schema;
 mod sessions;
@@ -33,6 +34,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 pub use error::ClusterError;
+pub use learned::LearnedRow;
 pub use quota::{ExecutionSlot, Refused};
 pub use sessions::SessionKind;
 pub use upstream::Shared;

@@ -3,9 +3,10 @@
 use crate::ClusterError;
 
 /// Each migration once, in order; never edit one that shipped.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    r#"
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        r#"
 CREATE TABLE cem_meta (key text PRIMARY KEY, value text NOT NULL);
 CREATE TABLE cem_nodes (url text PRIMARY KEY, started timestamptz NOT NULL, seen timestamptz NOT NULL);
 CREATE TABLE cem_tenants (
@@ -50,7 +51,18 @@ CREATE TABLE cem_sessions (
 );
 CREATE INDEX cem_sessions_id ON cem_sessions (kind, id);
 "#,
-)];
+    ),
+    (
+        2,
+        r#"
+CREATE TABLE cem_learned (
+    tenant text NOT NULL, words text NOT NULL, tool text NOT NULL,
+    weight float8 NOT NULL, last bigint NOT NULL,
+    PRIMARY KEY (tenant, words, tool)
+);
+"#,
+    ),
+];
 
 /// Applies the migrations this store lacks, under a lock so nodes that
 /// start together do not race.

@@ -216,3 +216,58 @@ impl AuditSink for SharedAudit {
         let _ = self.tx.send(record.clone());
     }
 }
+
+/// Records that `session` used `tool` after its last search (see
+/// [`crate::learning::Learning::used`]), and in the shared store too.
+pub async fn used_tool(state: &AppState, session: &str, tool: &str) {
+    let Some(query) = state.learning.used(session, tool) else {
+        return;
+    };
+    let Some(cluster) = &state.cluster else {
+        return;
+    };
+    let words = cem_catalog::learned::words_of(&query).join(" ");
+    let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
+    if let Err(e) = cluster
+        .learn(
+            &state.tenant,
+            &words,
+            tool,
+            now,
+            cem_catalog::learned::HALF_LIFE_SECS,
+            cem_catalog::learned::MAX_USES as i64,
+        )
+        .await
+    {
+        tracing::warn!(error = %e, tenant = %state.tenant, "a use search learned reached this node only");
+    }
+}
+
+/// Reads the tenant's records from the shared store, at most every
+/// [`crate::learning::PULL_EVERY`], so every node ranks with what any node
+/// learned.
+pub async fn pull_learned(state: &AppState) {
+    let Some(cluster) = &state.cluster else {
+        return;
+    };
+    if !state.learning.pull_due() {
+        return;
+    }
+    match cluster.learned(&state.tenant).await {
+        Ok(rows) => {
+            let now = crate::learning::now();
+            let uses = rows.into_iter().map(|row| cem_catalog::learned::Use {
+                words: row.words.split(' ').map(str::to_string).collect(),
+                tool: row.tool,
+                weight: row.weight as f32,
+                last: u64::try_from(row.last).unwrap_or(0),
+            });
+            state
+                .learning
+                .replace(cem_catalog::Learned::from_uses(uses, now));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, tenant = %state.tenant, "search ranks with this node's records only")
+        }
+    }
+}

@@ -39,7 +39,12 @@ pub struct Learning {
     recent: Mutex<HashMap<String, Recent>>,
     /// When the records were last written, and whether a change waits.
     saved: Mutex<(Instant, bool)>,
+    /// When the records were last read from the shared store.
+    pulled: Mutex<Option<Instant>>,
 }
+
+/// How often a search reads the tenant's records from the shared store.
+pub const PULL_EVERY: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 struct Recent {
@@ -68,6 +73,7 @@ impl Learning {
             path,
             learned: RwLock::new(learned),
             recent: Mutex::new(HashMap::new()),
+            pulled: Mutex::new(None),
             // The first change is written at once.
             saved: Mutex::new((
                 Instant::now()
@@ -143,6 +149,22 @@ impl Learning {
             Ok(learned) => search(Some(&learned)),
             Err(_) => search(None),
         }
+    }
+
+    /// Whether the records are due to be read from the shared store (and,
+    /// if so, they count as read now).
+    pub fn pull_due(&self) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        let Ok(mut pulled) = self.pulled.lock() else {
+            return false;
+        };
+        let due = pulled.is_none_or(|at| at.elapsed() >= PULL_EVERY);
+        if due {
+            *pulled = Some(Instant::now());
+        }
+        due
     }
 
     /// Replaces the records with `learned` (what the shared store holds).

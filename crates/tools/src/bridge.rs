@@ -371,9 +371,7 @@ async fn call(
         .await
         .map_err(|e| fail(&server, &name, e))?;
     // The tool reached, after a search of this session: the search learns.
-    state
-        .learning
-        .used(&session.key, &format!("{server}.{name}"));
+    cem_host::cluster::used_tool(state, &session.key, &format!("{server}.{name}")).await;
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
     if result.is_error == Some(true) {
         return Err(fail(

@@ -108,6 +108,7 @@ pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> Too
             categories(catalog.entries()).join(", ")
         )));
     }
+    cem_host::cluster::pull_learned(state).await;
     state.learning.searched(&session.key, &query);
     let hits = state.learning.with(|learned| match learned {
         Some(learned) => catalog.search_learned(
@@ -235,7 +236,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
         }
     };
     // Reading a tool's definition after a search is a use of it.
-    state.learning.used(&session.key, &entry.qualified_name());
+    cem_host::cluster::used_tool(state, &session.key, &entry.qualified_name()).await;
     // Only an upstream tool has a Python rendering to stand for its schemas.
     let is_upstream = entry.kind == EntryKind::Upstream;
     let mut answer = with_schemas(entry, schemas || !is_upstream);
