@@ -61,7 +61,9 @@ def check_big_results(server, alice):
     answer = alice.call("execute_code", {"code": code, "timeout_seconds": 6})
     took = time.monotonic() - started
     assert not answer["success"] and "TimeoutError" in answer["error"], answer
-    assert answer["tool_calls"] >= 3, answer
+    # More than one result, so more than one was counted as it arrived (a loaded machine fits two or three
+    # 15 MB results in 6 s of a debug build).
+    assert answer["tool_calls"] >= 2, answer
     # Every result was counted (or estimated) before the answer, none after it: the answer is not held
     # up by accounting (the build that kept every result and tokenized them afterwards answered 15 to
     # 20 s late).
@@ -199,8 +201,16 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted)
     threads = [threading.Thread(target=spin, args=(t, n)) for t, n in ((alice, "alice"), (bob, "bob"))]
     for t in threads:
         t.start()
-    time.sleep(1.5)
-    members = {n: (tenants / f"token-{n}" / "cgroup.procs").read_text().split() for n in ("alice", "bob")}
+    # Looked at while the spinners run, as often as it takes: a loaded machine starts one tenant's sandbox
+    # later than the other's, and a single look at a fixed moment could come before it.
+    members: dict[str, list[str]] = {"alice": [], "bob": []}
+    while any(t.is_alive() for t in threads):
+        for n in members:
+            procs = tenants / f"token-{n}" / "cgroup.procs"
+            now = procs.read_text().split() if procs.exists() else []
+            if len(now) > len(members[n]):
+                members[n] = now
+        time.sleep(0.05)
     shares = {n: (tenants / f"token-{n}" / "cpu.shares").read_text().strip() for n in ("alice", "bob")}
     for t in threads:
         t.join()
