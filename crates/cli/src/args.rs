@@ -296,6 +296,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:8765")]
     pub http: Option<SocketAddr>,
 
+    /// Serve Prometheus metrics at http://ADDR/metrics, on a listener of
+    /// their own (overrides `metrics.listen`).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+
     /// Require `Authorization: Bearer TOKEN` on every HTTP request.
     #[arg(
         long,

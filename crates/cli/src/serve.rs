@@ -77,6 +77,17 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move { wrappers.write_cached_wrappers().await });
         let catalog = state.catalog.clone();
         let tenants = cem_server::Tenants::new(state.clone());
+        if let Some(addr) = args.metrics.or(state.config.metrics.listen) {
+            let listener = cem_server::MetricsListener::bind(addr).await?;
+            // A line scripts (and our tests) can wait for.
+            eprintln!("metrics on http://{}/metrics", listener.local_addr()?);
+            let (tenants, shutdown) = (tenants.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(e) = listener.serve(tenants, shutdown).await {
+                    tracing::error!(error = %e, "the metrics listener stopped");
+                }
+            });
+        }
         match args.http {
             None => cem_server::serve_stdio(state, shutdown).await?,
             Some(addr) => {

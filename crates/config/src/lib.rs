@@ -26,8 +26,9 @@ pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, DiskQuotaMode, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig, PiiMode,
-    PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, Config, DiskQuotaMode, MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig,
+    PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig,
+    WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential};

@@ -24,6 +24,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// How tools are found (`search`).
     pub search: SearchConfig,
+    /// The Prometheus metrics listener (`metrics`).
+    pub metrics: MetricsConfig,
     /// Who may use the server over HTTP (`auth`).
     pub auth: crate::AuthConfig,
     /// Limits per tenant (`quotas`).
@@ -33,6 +35,15 @@ pub struct Config {
     /// The values above that must never leave the host: what `${VAR}`
     /// gave, upstream `env` and `headers`, URL passwords, tokens.
     pub secrets: crate::Redactor,
+}
+
+/// The `metrics` section.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MetricsConfig {
+    /// Where `GET /metrics` is served, on a listener of its own so it can
+    /// stay private while `/mcp` is public (`serve --metrics ADDR` wins).
+    /// None: no metrics listener.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// The `search` section.

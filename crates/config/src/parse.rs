@@ -123,6 +123,7 @@ impl Cx<'_> {
                 "upstream" => config.upstream = self.upstream(value),
                 "policy" => (config.policy, config.audit) = self.policy(value),
                 "search" => config.search = self.search(value),
+                "metrics" => config.metrics = self.metrics(value),
                 "auth" => config.auth = self.auth(value),
                 "quotas" => config.quotas = self.quotas(value),
                 "store" => config.store = self.store(value),
@@ -745,6 +746,34 @@ impl Cx<'_> {
             );
         }
         decision
+    }
+
+    fn metrics(&mut self, value: &Value) -> crate::MetricsConfig {
+        let mut m = crate::MetricsConfig::default();
+        let Some(obj) = self.object("metrics", value) else {
+            return m;
+        };
+        for (field, v) in obj {
+            let key = format!("metrics.{field}");
+            match field.as_str() {
+                "listen" => {
+                    m.listen = self.string(&key, v).and_then(|s| match s.parse() {
+                        Ok(addr) => Some(addr),
+                        Err(_) => {
+                            self.problem(
+                            &key,
+                            format!(
+                                "expected an address and port such as \"127.0.0.1:9464\", got {s:?}"
+                            ),
+                        );
+                            None
+                        }
+                    })
+                }
+                _ => self.unknown(&key, &["listen"]),
+            }
+        }
+        m
     }
 
     fn search(&mut self, value: &Value) -> SearchConfig {

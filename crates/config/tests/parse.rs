@@ -332,6 +332,24 @@ fn policy_mistakes_name_the_key() {
 }
 
 #[test]
+fn the_metrics_section_names_its_listener() -> Result<(), ConfigError> {
+    assert_eq!(parse("{}")?.config.metrics.listen, None);
+    let on = parse(r#"{"metrics": {"listen": "127.0.0.1:9464"}}"#)?;
+    assert_eq!(on.config.metrics.listen.map(|a| a.port()), Some(9464));
+    let e = error(r#"{"metrics": {"listen": "localhost"}}"#);
+    assert!(
+        e.contains("metrics.listen") && e.contains("127.0.0.1:9464"),
+        "{e}"
+    );
+    let e = error(r#"{"metrics": {"port": 1}}"#);
+    assert!(
+        e.contains("metrics.port") && e.contains("unknown key"),
+        "{e}"
+    );
+    Ok(())
+}
+
+#[test]
 fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
     assert!(parse("{}")?.config.search.semantic);
     assert!(parse("{}")?.config.search.learn);

@@ -368,6 +368,11 @@ impl Engine {
     }
 
     /// How code runs here, and each layer (None until probed).
+    /// Interpreters started and waiting in the pool.
+    pub async fn pool_ready(&self) -> usize {
+        self.pool.lock().await.len()
+    }
+
     pub async fn status(&self) -> Value {
         match self.prepare().await {
             Ok(ready) => {

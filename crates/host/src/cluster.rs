@@ -67,7 +67,9 @@ pub async fn before_call(state: &AppState, session: &Session) -> Result<(), Tool
     let Some(cluster) = &state.cluster else {
         return Ok(());
     };
+    let asked = std::time::Instant::now();
     let current = cluster.generations(&state.tenant).await?;
+    cem_metrics::metrics().store_round_trip(asked.elapsed().as_secs_f64());
     if cluster
         .pull_skills(&state.tenant, &state.skills, current.skills)
         .await?

@@ -187,8 +187,11 @@ impl Gate {
             .as_ref()
             .map(|a| serde_json::to_string(a).unwrap_or_default())
             .unwrap_or_default();
-        self.admit(manager, exec, server, tool, &name, shown)
-            .await?;
+        let metrics = cem_metrics::metrics();
+        if let Err(refusal) = self.admit(manager, exec, server, tool, &name, shown).await {
+            metrics.tool_call(server, "refused");
+            return Err(refusal);
+        }
         let record = CallRecord {
             gate: self,
             exec,
@@ -210,6 +213,7 @@ impl Gate {
             }
             Err(e) => (0, Some(e.clone())),
         };
+        metrics.tool_call(server, if error.is_some() { "error" } else { "ok" });
         if let Err(e) = record.write(result_bytes, error) {
             return Err(format!("{name} ran, but {e}"));
         }
@@ -466,6 +470,11 @@ impl Gate {
         answered: Option<&Answered>,
         outcome: &str,
     ) -> Result<(), String> {
+        let metrics = cem_metrics::metrics();
+        metrics.policy_decision(decision.as_str());
+        if let Some(answered) = answered.filter(|a| !a.by.contains("granted earlier")) {
+            metrics.approval(answered.answer.as_str());
+        }
         self.audit
             .append(
                 "decision",

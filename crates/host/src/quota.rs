@@ -51,6 +51,7 @@ impl Quota {
         let permit = match &self.running {
             None => None,
             Some(sem) => Some(sem.clone().try_acquire_owned().map_err(|_| {
+                cem_metrics::metrics().quota_refused("concurrent_executions");
                 let n = self.config.concurrent_executions.unwrap_or_default();
                 Exceeded {
                     message: format!(
@@ -62,13 +63,16 @@ impl Quota {
             })?),
         };
         if let Some(max) = self.config.executions_per_minute {
-            admit(&self.starts, max).map_err(|wait| Exceeded {
-                message: format!(
-                    "quota exceeded: {max} executions started in the last minute, the most allowed \
-                     (quotas.executions_per_minute = {max}); retry in {} s",
-                    wait.as_secs().max(1)
-                ),
-                retry_after: wait,
+            admit(&self.starts, max).map_err(|wait| {
+                cem_metrics::metrics().quota_refused("executions_per_minute");
+                Exceeded {
+                    message: format!(
+                        "quota exceeded: {max} executions started in the last minute, the most allowed \
+                         (quotas.executions_per_minute = {max}); retry in {} s",
+                        wait.as_secs().max(1)
+                    ),
+                    retry_after: wait,
+                }
             })?;
         }
         Ok(permit)
@@ -79,13 +83,16 @@ impl Quota {
         let Some(max) = self.config.requests_per_minute else {
             return Ok(());
         };
-        admit(&self.requests, max).map_err(|wait| Exceeded {
-            message: format!(
-                "quota exceeded: {max} requests in the last minute, the most allowed \
-                 (quotas.requests_per_minute = {max}); retry in {} s",
-                wait.as_secs().max(1)
-            ),
-            retry_after: wait,
+        admit(&self.requests, max).map_err(|wait| {
+            cem_metrics::metrics().quota_refused("requests_per_minute");
+            Exceeded {
+                message: format!(
+                    "quota exceeded: {max} requests in the last minute, the most allowed \
+                     (quotas.requests_per_minute = {max}); retry in {} s",
+                    wait.as_secs().max(1)
+                ),
+                retry_after: wait,
+            }
         })
     }
 
@@ -99,6 +106,7 @@ impl Quota {
         if after <= max {
             return Ok(());
         }
+        cem_metrics::metrics().quota_refused("workspace_bytes");
         Err(Exceeded {
             message: format!(
                 "quota exceeded: the workspace would hold {after} bytes, over quotas.workspace_bytes = {max} \

@@ -60,6 +60,8 @@ struct SessionEnd {
     session: u64,
     /// Cancelled when the session ends: stops its subscription forwarder.
     over: tokio_util::sync::CancellationToken,
+    /// Counts the session open in `cem_sessions` until it ends.
+    _counted: cem_metrics::SessionCount,
 }
 
 impl Drop for SessionEnd {
@@ -92,6 +94,7 @@ impl McpHandler {
             bound: bound.clone(),
             session,
             over: tokio_util::sync::CancellationToken::new(),
+            _counted: cem_metrics::metrics().session_opened(),
         });
         Self {
             tenants,

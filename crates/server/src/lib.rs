@@ -16,6 +16,7 @@
 mod forward;
 mod handler;
 mod http;
+mod metrics;
 mod stdio;
 mod tenants;
 
@@ -24,6 +25,7 @@ pub use handler::McpHandler;
 #[doc(hidden)]
 pub use http::{CheckedBody, check_body, transport_config, vouched_principal};
 pub use http::{HttpOptions, serve_http};
+pub use metrics::MetricsListener;
 pub use stdio::serve_stdio;
 pub use tenants::Tenants;
 

@@ -56,6 +56,7 @@ impl Bridge for ToolBridge {
             // an error may also quote the gate's words, so those are looked
             // at again here.
             let secrets = &state.config.secrets;
+            let _in_flight = cem_metrics::metrics().bridge_request();
             let answer = match call(&state, &session, &exec, &tool, arguments).await {
                 Ok(value) => Ok(value),
                 Err(mut e) => {
@@ -79,6 +80,7 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         Box::pin(async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
             // search_tools itself, as the agent would call it (what it shows of
             // skills is tokenized in automatic mode), but not through the
             // dispatcher: the execution this runs in pulled the store already.
@@ -95,7 +97,10 @@ impl Bridge for ToolBridge {
 
     fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
-        Box::pin(async move { skill(&state, &arguments).await })
+        Box::pin(async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
+            skill(&state, &arguments).await
+        })
     }
 
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
@@ -129,6 +134,7 @@ impl Bridge for ToolBridge {
         // tenant's share of the host's threads.
         let automatic = privacy::automatic(&self.state.config.pii);
         Box::pin(async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
             host.run(move || pii(&session, &arguments, automatic))
                 .await?
         })

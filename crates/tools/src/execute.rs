@@ -180,6 +180,7 @@ impl Drop for Unfinished {
         };
         runtime.spawn(async move {
             let ms = b.started.elapsed().as_millis() as u64;
+            cem_metrics::metrics().execution("cancelled", ms as f64 / 1000.0);
             audit_line(
                 &b.state,
                 &b.exec,
@@ -249,6 +250,13 @@ pub fn audit_execution(
         ),
         Err(e) => ("refused", 0, 0, Some(e.to_string())),
     };
+    let timed_out = error
+        .as_deref()
+        .is_some_and(|e| e.starts_with("TimeoutError"));
+    cem_metrics::metrics().execution(
+        if timed_out { "timeout" } else { outcome },
+        ms as f64 / 1000.0,
+    );
     audit_line(
         state,
         exec,
