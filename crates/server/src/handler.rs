@@ -50,6 +50,8 @@ pub struct McpHandler {
     subscribed: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Whether this session's forwarder of resource changes runs.
     forwarding: Arc<std::sync::atomic::AtomicBool>,
+    /// The level `logging/setLevel` asked for.
+    log_level: crate::logging::LogLevel,
     /// Dropped with the last clone: the session is over, its vault goes.
     _ended: Arc<SessionEnd>,
 }
@@ -102,6 +104,7 @@ impl McpHandler {
             bound,
             subscribed: Arc::default(),
             forwarding: Arc::default(),
+            log_level: crate::logging::LogLevel::default(),
             _ended: ended,
         }
     }
@@ -167,17 +170,29 @@ impl McpHandler {
 }
 
 impl ServerHandler for McpHandler {
+    #[allow(deprecated)] // logging, offered to clients before 2026-07-28
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
             .enable_resources()
             .enable_resources_subscribe()
             .enable_tools()
             .enable_tasks()
+            .enable_logging()
             .build();
         ServerConfig::new(capabilities).with_server_info(Implementation::new(
             "code-execution-mcp",
             env!("CARGO_PKG_VERSION"),
         ))
+    }
+
+    #[allow(deprecated)] // logging, before 2026-07-28
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     async fn list_tools(
@@ -510,6 +525,18 @@ impl McpHandler {
                 None,
             ));
         };
+        if let Answer::Plain(Ok(body)) | Answer::Flagged { body, .. } = &outcome {
+            let secrets = &state.config.secrets;
+            self.log_level
+                .warn_about(
+                    context.meta.log_level(),
+                    &context.peer,
+                    &name,
+                    body,
+                    |text| secrets.redact(text).into_owned(),
+                )
+                .await;
+        }
         let result = self.result(&name, outcome);
         tracing::debug!(session = self.session, tool = %name, ms = started.elapsed().as_millis() as u64, "tool call");
         Ok(result.into())

@@ -16,6 +16,7 @@
 mod forward;
 mod handler;
 mod http;
+mod logging;
 mod metrics;
 mod stdio;
 mod tenants;
