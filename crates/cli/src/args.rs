@@ -41,8 +41,27 @@ pub struct Cli {
     )]
     pub log_level: String,
 
+    /// `text` (for people) or `json` (one JSON object a line, for log
+    /// shippers: with the request id, tenant digest, execution id and node
+    /// of the request a line belongs to).
+    #[arg(
+        long,
+        global = true,
+        env = "CODE_EXECUTION_MCP_LOG_FORMAT",
+        value_enum,
+        default_value_t = LogFormat::Text
+    )]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

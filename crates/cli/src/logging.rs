@@ -19,7 +19,7 @@ pub fn hide_secrets(secrets: &cem_config::Redactor) {
     }
 }
 
-pub fn init(level: &str) {
+pub fn init(level: &str, format: crate::args::LogFormat) {
     // rmcp logs every handshake at info; keep it quiet unless asked for.
     let spec = if level == "info" {
         "info,rmcp=warn"
@@ -30,11 +30,21 @@ pub fn init(level: &str) {
         eprintln!("warning: invalid --log-level {level:?}; using info");
         EnvFilter::new("info")
     });
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Scrubbed)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    match format {
+        crate::args::LogFormat::Text => builder.init(),
+        // The event's fields at the top level; the spans it happened in
+        // (request: id, tenant, node; execution: id) as a list.
+        crate::args::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 /// Hands each event a buffer, written to stderr without secrets when the

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     memory::return_large_blocks();
     quiet_broken_pipe();
     let cli = Cli::parse();
-    logging::init(&cli.log_level);
+    logging::init(&cli.log_level, cli.log_format);
     let outcome = match &cli.command {
         Command::Serve(serve) => serve::run(&cli, serve),
         Command::Doctor(doctor) => doctor::run(&cli, doctor),

@@ -31,7 +31,7 @@ pub use model::{
     WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
-pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential};
+pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential, tenant_digest};
 pub use requirement::{Requirement, normalize as normalize_package};
 pub use secret::Secret;
 

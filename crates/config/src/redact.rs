@@ -431,3 +431,16 @@ mod from_config {
         Ok(())
     }
 }
+
+/// A tenant as log lines name it: the first 12 hex digits of the SHA-256
+/// of its id, so a log shipper never holds a person's name or e-mail
+/// address (`tools learned --tenant`, the audit log and the data directory
+/// map ids back).
+pub fn tenant_digest(tenant: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(tenant.as_bytes())
+        .iter()
+        .take(6)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -242,7 +242,7 @@ impl Engine {
             *at = Instant::now();
         }
         if self.parked.swap(false, Ordering::SeqCst) {
-            tracing::info!(tenant = %self.options.tenant, "an idle tenant is back; warming its sandboxes");
+            tracing::info!(tenant = %cem_config::tenant_digest(&self.options.tenant), "an idle tenant is back; warming its sandboxes");
             self.refill.notify_one();
         }
     }
@@ -281,7 +281,7 @@ impl Engine {
             self.refill.notify_one();
             return;
         }
-        tracing::info!(tenant = %self.options.tenant, "tenant idle; releasing its sandboxes");
+        tracing::info!(tenant = %cem_config::tenant_digest(&self.options.tenant), "tenant idle; releasing its sandboxes");
         let pooled: Vec<Interp> = self.pool.lock().await.drain(..).collect();
         for interp in pooled {
             interp.retire().await;

@@ -95,7 +95,7 @@ pub async fn after_call(state: &AppState, session: &Session, name: &str, answer:
         return;
     };
     if let Err(e) = push(cluster, state, session, name, answer).await {
-        tracing::error!(error = %e, tool = name, tenant = %state.tenant, "the shared store was not updated");
+        tracing::error!(error = %e, tool = name, tenant = %cem_config::tenant_digest(&state.tenant), "the shared store was not updated");
         match answer {
             // The code ran, with whatever effects it had: say so beside its
             // answer rather than invite a rerun.
@@ -128,7 +128,7 @@ pub async fn after_cancelled(state: &AppState, session: &Session) {
     };
     let mut answer = Answer::Plain(Ok(Value::Null));
     if let Err(e) = push(cluster, state, session, "execute_code", &mut answer).await {
-        tracing::error!(error = %e, tenant = %state.tenant, "a cancelled execution's changes were not stored");
+        tracing::error!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "a cancelled execution's changes were not stored");
     }
 }
 
@@ -241,7 +241,7 @@ pub async fn used_tool(state: &AppState, session: &str, tool: &str) {
         )
         .await
     {
-        tracing::warn!(error = %e, tenant = %state.tenant, "a use search learned reached this node only");
+        tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "a use search learned reached this node only");
     }
 }
 
@@ -269,7 +269,7 @@ pub async fn pull_learned(state: &AppState) {
                 .replace(cem_catalog::Learned::from_uses(uses, now));
         }
         Err(e) => {
-            tracing::warn!(error = %e, tenant = %state.tenant, "search ranks with this node's records only")
+            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "search ranks with this node's records only")
         }
     }
 }

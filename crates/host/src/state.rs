@@ -331,7 +331,7 @@ impl AppState {
             let tenant_id = tenant.to_string();
             upstreams.start_commands_with(Arc::new(move |cmd| {
                 if let Err(e) = cpu.start_in_foreground(cmd) {
-                    tracing::warn!(error = %e, tenant = %tenant_id, "this upstream process runs at the server's cpu weight");
+                    tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&tenant_id), "this upstream process runs at the server's cpu weight");
                 }
             }));
         }

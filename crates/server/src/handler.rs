@@ -21,6 +21,7 @@ use rmcp::task_manager::{TaskExit, TaskOptions};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use std::sync::OnceLock;
 
@@ -389,8 +390,20 @@ impl ServerHandler for McpHandler {
         // and the upstream calls it was waiting on.
         let cancelled = context.ct.clone();
         let name = request.name.to_string();
+        // Every log line of this call carries it (`--log-format json`); the
+        // tenant is known once the request is authenticated.
+        let span = tracing::info_span!(
+            "request",
+            // The client's JSON-RPC id repeats across clients and
+            // requests; this one is the server's own, once per call.
+            request = %cem_host::gate::new_id(),
+            rpc_id = %context.id,
+            tool = %name,
+            tenant = tracing::field::Empty,
+            node = %node_name(self.tenants.local()),
+        );
         tokio::select! {
-            answer = self.run_tool(request, context) => answer,
+            answer = self.run_tool(request, context).instrument(span) => answer,
             () = cancelled.cancelled() => {
                 tracing::info!(session = self.session, tool = %name, "cancelled by the client");
                 Err(ErrorData::internal_error("cancelled by the client", None))
@@ -462,6 +475,7 @@ impl McpHandler {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let state = self.tenant(&context, Some(&name))?;
+        tracing::Span::current().record("tenant", tenant_digest(&state.tenant).as_str());
         let args = Args::new(request.arguments);
         let started = std::time::Instant::now();
         let key = cem_host::privacy::session_key(
@@ -541,6 +555,25 @@ impl McpHandler {
         tracing::debug!(session = self.session, tool = %name, ms = started.elapsed().as_millis() as u64, "tool call");
         Ok(result.into())
     }
+}
+
+/// This node as log lines name it: its id in the store's deployment, else
+/// the host's name.
+fn node_name(state: &AppState) -> &'static str {
+    static NODE: OnceLock<String> = OnceLock::new();
+    NODE.get_or_init(|| match &state.cluster {
+        Some(cluster) => cluster.node_id(),
+        None => nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "local".into()),
+    })
+}
+
+/// A tenant as log lines name it: a digest, so a log shipper never holds a
+/// person's name or e-mail address (the audit log maps it back).
+fn tenant_digest(tenant: &str) -> String {
+    cem_config::tenant_digest(tenant)
 }
 
 /// How long a task lives: at least 30 minutes, and always longer than the

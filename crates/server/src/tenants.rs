@@ -28,7 +28,7 @@ fn release_upstreams_when_idle(state: &Arc<AppState>) {
             };
             match (state.engine.parked(), stopped) {
                 (true, false) => {
-                    tracing::info!(tenant = %state.tenant, "tenant idle; stopping its upstream servers");
+                    tracing::info!(tenant = %cem_config::tenant_digest(&state.tenant), "tenant idle; stopping its upstream servers");
                     state.upstreams.shutdown().await;
                     stopped = true;
                 }
@@ -74,7 +74,7 @@ impl Tenants {
             return Ok(state.clone());
         }
         let state = Arc::new(self.local.for_tenant(&principal.tenant)?);
-        tracing::info!(tenant = %principal.tenant, principal = %principal.name, "new tenant");
+        tracing::info!(tenant = %cem_config::tenant_digest(&principal.tenant), "new tenant");
         state.engine.warm_up();
         state.catalog.watch_changes();
         release_upstreams_when_idle(&state);

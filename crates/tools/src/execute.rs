@@ -8,6 +8,8 @@ use serde_json::json;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use tracing::Instrument;
+
 use crate::def::ToolDef;
 use crate::input::{input_schema, parse};
 use cem_host::AppState;
@@ -119,7 +121,12 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         before: before.clone(),
         started: std::time::Instant::now(),
     }));
-    let outcome = state.engine.execute(request, Some(bridge)).await;
+    // Log lines of the execution carry its id, as its audit line does.
+    let outcome = state
+        .engine
+        .execute(request, Some(bridge))
+        .instrument(tracing::info_span!("execution", execution = %exec.id))
+        .await;
     let written = crate::written::written_since(state, before).await;
     // The outcome is known and recorded now; a drop past this point (while
     // the slot is given back) loses at most that, which frees itself.
