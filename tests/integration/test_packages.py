@@ -227,3 +227,29 @@ def test_packages_cli_lists_explains_and_syncs(pkg_data: Path, tmp_path: Path):
     failed = run_cli("--config", str(broken), "--data-dir", str(pkg_data), "packages", "sync", timeout=300)
     assert failed.returncode == 1
     assert "no-such-package-cem-7f3a" in failed.stderr, failed.stderr
+
+
+def test_packages_sync_fetches_uv_when_the_host_has_none(tmp_path: Path):
+    """No sandbox.installer and no uv on PATH: the first sync fetches the pinned uv with the host's pip (its
+    wheel's digest checked) into the data directory, builds with it, and doctor names it; the next sync finds it."""
+    data = tmp_path / "data"
+    cfg = tmp_path / "no-uv.json"
+    cfg.write_text(json.dumps({"mcpServers": {}, "sandbox": {"packages": ["six"], "pool_size": 1}}))
+    # A PATH with no uv on it (scripts/test's virtualenvs and ~/.local/bin left out).
+    env = {"PATH": "/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert all(not (Path(d) / "uv").exists() for d in env["PATH"].split(":"))
+    base = ["--config", str(cfg), "--data-dir", str(data)]
+    before = run_cli(*base, "doctor", env=env)
+    line = next(l for l in before.stdout.splitlines() if "packages" in l.split()[1:2])
+    assert "no uv on this host" in line and "fetches uv" in line, line
+    out = run_cli(*base, "packages", "sync", env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    fetched = next((data / "tools").glob("uv-*/uv"))
+    assert os.access(fetched, os.X_OK)
+    listed = json.loads(run_cli(*base, "packages", "list", "--json", env=env).stdout)
+    assert "six" in {p["name"] for p in listed["environment"]["packages"]}, listed
+    after = run_cli(*base, "doctor", env=env)
+    line = next(l for l in after.stdout.splitlines() if "packages" in l.split()[1:2])
+    assert f"(fetched into {fetched})" in line, line
+    again = run_cli(*base, "packages", "sync", env=env, timeout=120)
+    assert again.returncode == 0 and "already built" in again.stdout, again.stdout + again.stderr

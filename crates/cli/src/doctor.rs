@@ -484,10 +484,22 @@ fn packages_check(config: &cem_config::Config, data_dir: &Path) -> Check {
         || sandbox.on_demand == cem_config::OnDemand::Any
         || (sandbox.on_demand == cem_config::OnDemand::Allowlist
             && !sandbox.allowed_packages.is_empty());
-    let installer = match store.installer() {
+    let fetched = cem_packages::fetch_uv::fetched_path(data_dir);
+    let installer = match store.installer_on_host() {
         Ok(i) => format!(
-            "installer {}",
-            i.version().unwrap_or_else(|| i.path.display().to_string())
+            "installer {}{}",
+            i.version().unwrap_or_else(|| i.path.display().to_string()),
+            if i.path == fetched {
+                format!(" (fetched into {})", fetched.display())
+            } else {
+                format!(" ({})", i.path.display())
+            }
+        ),
+        Err(_) if wants_installer && sandbox.installer.is_none() => format!(
+            "no uv on this host: the first install fetches uv {} with {} -m pip (its digest pinned) into {}",
+            cem_packages::fetch_uv::UV_VERSION,
+            sandbox.python.display(),
+            fetched.display()
         ),
         Err(e) if wants_installer => {
             return Check {

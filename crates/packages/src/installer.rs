@@ -19,7 +19,7 @@ use crate::PackagesError;
 /// Host variables the installer keeps (index settings, proxies, CA roots);
 /// everything else of the server's environment, upstream secrets included,
 /// stays out of it (a source build would run with it).
-const KEPT_ENV: &[&str] = &[
+pub(crate) const KEPT_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "LANG",

@@ -24,6 +24,7 @@ mod installer;
 mod manifest;
 mod store;
 
+pub mod fetch_uv;
 pub use installer::{Installer, find_installer};
 pub use manifest::{Dist, Manifest};
 pub use store::{Env, EnvState, Layer, Packages, Settings, module_hint};

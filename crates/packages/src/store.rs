@@ -148,9 +148,37 @@ impl Packages {
         &self.settings
     }
 
-    /// The installer, or why there is none.
+    /// The installer, fetching the pinned uv when the host has none and
+    /// packages are wanted (see [`crate::fetch_uv`]); or why there is none.
     pub fn installer(&self) -> Result<Installer, PackagesError> {
-        find_installer(self.settings.installer.as_deref())
+        match self.installer_on_host() {
+            Err(PackagesError::NoInstaller { .. })
+                if self.settings.installer.is_none() && self.wants_packages() =>
+            {
+                crate::fetch_uv::fetch(&self.settings.data_dir, &self.settings.python)
+            }
+            other => other,
+        }
+    }
+
+    /// The installer as the host has it now (configured, on PATH, or
+    /// fetched before), fetching nothing: for `doctor`.
+    pub fn installer_on_host(&self) -> Result<Installer, PackagesError> {
+        match find_installer(self.settings.installer.as_deref()) {
+            Err(e) if self.settings.installer.is_none() => {
+                crate::fetch_uv::already_fetched(&self.settings.data_dir).ok_or(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Whether packages may be installed at all: declared ones, or any on
+    /// demand.
+    pub fn wants_packages(&self) -> bool {
+        !self.settings.declared.is_empty()
+            || self.settings.on_demand == cem_config::OnDemand::Any
+            || (self.settings.on_demand == cem_config::OnDemand::Allowlist
+                && !self.settings.allowed.is_empty())
     }
 
     /// The digest naming the declared environment; `None` when nothing is
