@@ -190,7 +190,9 @@ async fn explain(
     Ok(())
 }
 
-/// `tools learned`: list or clear what search learned.
+/// `tools learned`: list or clear what search learned. Reads the tenant's
+/// file directly (opening a tenant's whole state would mount its
+/// workspace).
 fn learned(
     state: &Arc<AppState>,
     tenant: Option<&str>,
@@ -198,26 +200,44 @@ fn learned(
     tool: Option<&str>,
     json: bool,
 ) -> Result<(), String> {
-    let tenant_state;
-    let state = match tenant {
+    let (root, id) = match tenant {
+        None => (state.data_dir.clone(), state.tenant.clone()),
         Some(id) => {
-            tenant_state = state.for_tenant(id).map_err(|e| e.to_string())?;
-            &tenant_state
+            let root = state.data_dir.join("tenants").join(id);
+            if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') || !root.is_dir() {
+                return Err(format!(
+                    "no tenant {id:?} in {}; the ids are the directory names there",
+                    state.data_dir.join("tenants").display()
+                ));
+            }
+            (root, id.to_string())
         }
-        None => state.as_ref(),
     };
+    if !state.config.search.learn {
+        println!("learning is off (search.learn)");
+        return Ok(());
+    }
+    let learning = cem_host::learning::Learning::open(
+        true,
+        Some(root.join("search").join("learned.json")),
+        &id,
+    );
     if clear {
-        let gone = state.learning.clear(tool);
+        if state.config.store.url.is_some() {
+            return Err(format!(
+                "this deployment keeps what search learned in its store, and the nodes read it back every \
+                 30 s: forget it there (DELETE FROM cem_learned WHERE tenant = '{id}'{})",
+                tool.map(|t| format!(" AND tool = '{t}'"))
+                    .unwrap_or_default()
+            ));
+        }
+        let gone = learning.clear(tool);
         println!("forgot {gone} record(s)");
         return Ok(());
     }
     let now = cem_host::learning::now();
-    state.learning.with(|learned| {
-        let Some(learned) = learned else {
-            println!("learning is off (search.learn)");
-            return;
-        };
-        for used in learned.list(now) {
+    learning.with(|learned| {
+        for used in learned.map(|l| l.list(now)).unwrap_or_default() {
             if tool.is_some_and(|t| t != used.tool) {
                 continue;
             }

@@ -1030,7 +1030,7 @@ pub fn tenant_cpu(tenant: &str) -> Option<&'static CpuPriority> {
     match server.tenant(tenant) {
         Ok(groups) => Some(groups),
         Err(e) => {
-            tracing::warn!(error = %e, tenant, "this tenant's sandboxes share the server's cpu groups");
+            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(tenant), "this tenant's sandboxes share the server's cpu groups");
             Some(server)
         }
     }

@@ -220,29 +220,37 @@ impl AuditSink for SharedAudit {
 }
 
 /// Records that `session` used `tool` after its last search (see
-/// [`crate::learning::Learning::used`]), and in the shared store too.
-pub async fn used_tool(state: &AppState, session: &str, tool: &str) {
+/// [`crate::learning::Learning::used`]), here at once and in the shared
+/// store from a task of its own (a slow store never holds up the call).
+pub fn used_tool(state: &AppState, session: &str, tool: &str) {
     let Some(query) = state.learning.used(session, tool) else {
         return;
     };
-    let Some(cluster) = &state.cluster else {
+    let Some(cluster) = state.cluster.clone() else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let words = cem_catalog::learned::words_of(&query).join(" ");
     let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
-    if let Err(e) = cluster
-        .learn(
-            &state.tenant,
-            &words,
-            tool,
-            now,
-            cem_catalog::learned::HALF_LIFE_SECS,
-            cem_catalog::learned::MAX_USES as i64,
-        )
-        .await
-    {
-        tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "a use search learned reached this node only");
-    }
+    let (tenant, tool) = (state.tenant.clone(), tool.to_string());
+    runtime.spawn(async move {
+        let learned = cluster
+            .learn(
+                &tenant,
+                &words,
+                &tool,
+                now,
+                cem_catalog::learned::HALF_LIFE_SECS,
+                cem_catalog::learned::MAX_USES as i64,
+            )
+            .await;
+        if let Err(e) = learned {
+            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&tenant),
+                "a use search learned was not stored; other nodes will not rank with it, and this node drops it at its next read of the store");
+        }
+    });
 }
 
 /// Reads the tenant's records from the shared store, at most every
@@ -269,7 +277,7 @@ pub async fn pull_learned(state: &AppState) {
                 .replace(cem_catalog::Learned::from_uses(uses, now));
         }
         Err(e) => {
-            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "search ranks with this node's records only")
+            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant), "the store's search records could not be read; this node ranks with the ones it has")
         }
     }
 }

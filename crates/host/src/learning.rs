@@ -4,8 +4,10 @@
 //! secrets removed first) for [`RECENT`]; when the same session then uses a
 //! tool (code calls it, or the agent reads its definition), the search's
 //! words are recorded against that tool. The records are the tenant's:
-//! kept in `<tenant>/search/learned.json`, and with a store shared by nodes
-//! also there, so every node learns what any node saw.
+//! kept in `<tenant>/search/learned.json` (written at each change; an edit
+//! of the file, such as `tools learned --clear`, is read back before the
+//! next search), and with a store shared by nodes also there, so every
+//! node learns what any node saw.
 //!
 //! `search.learn: false` records nothing and searches without the records.
 
@@ -22,9 +24,6 @@ pub const RECENT: Duration = Duration::from_secs(10 * 60);
 const SESSIONS: usize = 1024;
 /// The longest query remembered (characters): a search is a sentence.
 const MAX_QUERY: usize = 500;
-/// How often the records are written to disk at most; the last change is
-/// written when the state ends.
-const SAVE_EVERY: Duration = Duration::from_secs(2);
 
 /// One tenant's learning.
 #[derive(Debug)]
@@ -37,8 +36,11 @@ pub struct Learning {
     /// Each session's last search, when, and the tools recorded for it
     /// (each once: a loop of calls is one use).
     recent: Mutex<HashMap<String, Recent>>,
-    /// When the records were last written, and whether a change waits.
-    saved: Mutex<(Instant, bool)>,
+    /// The file's modification time as this process last wrote or read
+    /// it: another time means someone else changed it.
+    on_disk: Mutex<Option<SystemTime>>,
+    /// The tenant as log lines name it (a digest).
+    tenant: String,
     /// When the records were last read from the shared store.
     pulled: Mutex<Option<Instant>>,
 }
@@ -63,24 +65,21 @@ pub fn now() -> u64 {
 impl Learning {
     /// The records at `path` (a missing file: none; an unreadable one is
     /// said and set aside, never fatal).
-    pub fn open(enabled: bool, path: Option<PathBuf>) -> Self {
+    pub fn open(enabled: bool, path: Option<PathBuf>, tenant: &str) -> Self {
+        let tenant = cem_config::tenant_digest(tenant);
         let learned = match (&path, enabled) {
-            (Some(path), true) => read(path),
+            (Some(path), true) => read(path, &tenant),
             _ => Learned::default(),
         };
+        let on_disk = path.as_deref().and_then(modified);
         Learning {
             enabled,
             path,
             learned: RwLock::new(learned),
             recent: Mutex::new(HashMap::new()),
             pulled: Mutex::new(None),
-            // The first change is written at once.
-            saved: Mutex::new((
-                Instant::now()
-                    .checked_sub(SAVE_EVERY)
-                    .unwrap_or_else(Instant::now),
-                false,
-            )),
+            on_disk: Mutex::new(on_disk),
+            tenant,
         }
     }
 
@@ -133,6 +132,7 @@ impl Learning {
             last.recorded.push(tool.to_string());
             last.query.clone()
         };
+        self.follow_disk();
         let recorded = self.learned.write().ok()?.record(&query, tool, now());
         if recorded {
             self.changed();
@@ -145,6 +145,7 @@ impl Learning {
         if !self.enabled {
             return search(None);
         }
+        self.follow_disk();
         match self.learned.read() {
             Ok(learned) => search(Some(&learned)),
             Err(_) => search(None),
@@ -177,6 +178,7 @@ impl Learning {
 
     /// Forgets every record, or those of `tool`; how many went.
     pub fn clear(&self, tool: Option<&str>) -> usize {
+        self.follow_disk();
         let gone = self
             .learned
             .write()
@@ -184,37 +186,48 @@ impl Learning {
             .unwrap_or(0);
         if gone > 0 {
             self.changed();
-            self.save();
         }
         gone
     }
 
-    /// Notes a change and writes it, at most every [`SAVE_EVERY`].
+    /// Writes a change at once: a record is made once per search and tool
+    /// (never per call in a loop), so writes follow an agent's steps.
     fn changed(&self) {
-        let due = match self.saved.lock() {
-            Ok(mut saved) => {
-                saved.1 = true;
-                saved.0.elapsed() >= SAVE_EVERY
-            }
-            Err(_) => false,
+        self.save();
+    }
+
+    /// Reads the file again if someone else changed it since this process
+    /// last wrote or read it (`tools learned --clear` while serving).
+    fn follow_disk(&self) {
+        let Some(path) = &self.path else {
+            return;
         };
-        if due {
-            self.save();
+        let Ok(mut on_disk) = self.on_disk.lock() else {
+            return;
+        };
+        let now = modified(path);
+        if now == *on_disk {
+            return;
+        }
+        *on_disk = now;
+        let fresh = read(path, &self.tenant);
+        if let Ok(mut mine) = self.learned.write() {
+            *mine = fresh;
         }
     }
 
-    /// Writes the records if a change waits (atomically: a crash leaves the
-    /// old file or the new one).
+    /// Writes the records (atomically: a crash leaves the old file or the
+    /// new one).
     pub fn save(&self) {
         let Some(path) = &self.path else {
             return;
         };
-        let Ok(mut saved) = self.saved.lock() else {
-            return;
-        };
-        if !saved.1 {
+        if !self.enabled {
             return;
         }
+        let Ok(mut on_disk) = self.on_disk.lock() else {
+            return;
+        };
         let text = match self.learned.read() {
             Ok(learned) => serde_json::to_vec(&*learned),
             Err(_) => return,
@@ -228,28 +241,27 @@ impl Learning {
             std::fs::rename(&tmp, path)
         });
         match written {
-            Ok(()) => *saved = (Instant::now(), false),
+            Ok(()) => *on_disk = modified(path),
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "what search learned was not saved")
+                tracing::warn!(tenant = %self.tenant, error = %e, "what search learned was not saved")
             }
         }
     }
 }
 
-impl Drop for Learning {
-    fn drop(&mut self) {
-        self.save();
-    }
+/// The file's modification time, if it is there.
+fn modified(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// The records at `path`; a file that cannot be read as records is moved
 /// aside (`.bad`) and said, and learning starts afresh.
-fn read(path: &std::path::Path) -> Learned {
+fn read(path: &std::path::Path, tenant: &str) -> Learned {
     let text = match std::fs::read(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Learned::default(),
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "what search learned cannot be read; starting afresh");
+            tracing::warn!(tenant = %tenant, error = %e, "what search learned cannot be read; starting afresh");
             return Learned::default();
         }
     };
@@ -261,8 +273,8 @@ fn read(path: &std::path::Path) -> Learned {
         Err(e) => {
             let aside = path.with_extension("json.bad");
             let _ = std::fs::rename(path, &aside);
-            tracing::warn!(path = %path.display(), moved_to = %aside.display(), error = %e,
-                "what search learned is not readable; set aside, starting afresh");
+            tracing::warn!(tenant = %tenant, error = %e,
+                "what search learned is not readable; set aside as learned.json.bad, starting afresh");
             Learned::default()
         }
     }
@@ -291,7 +303,7 @@ mod tests {
     fn a_use_after_a_search_is_recorded_and_kept() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("search").join("learned.json");
-        let learning = Learning::open(true, Some(path.clone()));
+        let learning = Learning::open(true, Some(path.clone()), "t");
         // No search yet: nothing to learn.
         assert_eq!(learning.used("s1", "git.git_log"), None);
         learning.searched("s1", "commit history for alice@example.com");
@@ -305,16 +317,23 @@ mod tests {
             learning.with(|l| l.map(|l| l.list(now())[0].weight)),
             Some(1.0)
         );
-        learning.save();
-        drop(learning);
+        // Written at once, with no personal data.
         let text = std::fs::read_to_string(&path)?;
         assert!(
             text.contains("git.git_log") && !text.contains("alice"),
             "{text}"
         );
-        let again = Learning::open(true, Some(path));
-        assert_eq!(again.with(|l| l.map(Learned::len)), Some(1));
-        assert_eq!(again.clear(Some("git.git_log")), 1);
+        // Another process (the CLI) clears the file while this one serves:
+        // the next search reads it back instead of writing the old records.
+        let cli = Learning::open(true, Some(path), "t");
+        assert_eq!(cli.with(|l| l.map(Learned::len)), Some(1));
+        // File times have a coarse grain on some file systems.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(cli.clear(Some("git.git_log")), 1);
+        assert_eq!(learning.with(|l| l.map(Learned::len)), Some(0));
+        learning.searched("s1", "commit history");
+        learning.used("s1", "git.git_log");
+        assert_eq!(cli.with(|l| l.map(Learned::len)), Some(1));
         Ok(())
     }
 
@@ -322,12 +341,12 @@ mod tests {
     fn off_records_nothing_and_a_bad_file_is_set_aside() -> Result<(), Box<dyn std::error::Error>> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("learned.json");
-        let off = Learning::open(false, Some(path.clone()));
+        let off = Learning::open(false, Some(path.clone()), "t");
         off.searched("s", "commit history");
         assert_eq!(off.used("s", "git.git_log"), None);
         assert!(off.with(|l| l.is_none()));
         std::fs::write(&path, "not json")?;
-        let fresh = Learning::open(true, Some(path.clone()));
+        let fresh = Learning::open(true, Some(path.clone()), "t");
         assert_eq!(fresh.with(|l| l.map(Learned::len)), Some(0));
         assert!(dir.path().join("learned.json.bad").exists());
         Ok(())

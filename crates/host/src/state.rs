@@ -373,6 +373,7 @@ impl AppState {
         let learning = crate::learning::Learning::open(
             config.search.learn,
             Some(root.join("search").join("learned.json")),
+            tenant,
         );
         let changes = crate::Changes::new();
         changes.subscribe(catalog.clone());

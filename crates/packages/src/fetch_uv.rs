@@ -51,8 +51,16 @@ pub fn already_fetched(data_dir: &Path) -> Option<Installer> {
     path.is_file().then_some(Installer { path })
 }
 
-/// Downloads, checks and unpacks the pinned uv with `python`'s pip.
+/// Downloads, checks and unpacks the pinned uv with `python`'s pip, once
+/// per process at a time (two first installs at once wait for one fetch).
 pub fn fetch(data_dir: &Path, python: &Path) -> Result<Installer, PackagesError> {
+    static FETCHING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = FETCHING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(done) = already_fetched(data_dir) {
+        return Ok(done);
+    }
     let (_, platform, file, digest) = WHEELS
         .iter()
         .find(|(arch, ..)| *arch == std::env::consts::ARCH)
@@ -69,7 +77,14 @@ pub fn fetch(data_dir: &Path, python: &Path) -> Result<Installer, PackagesError>
             std::io::ErrorKind::NotFound.into(),
         ));
     };
-    let scratch = dir.with_extension(format!("part{}", std::process::id()));
+    // Another server on the same data directory may fetch at the same time.
+    let scratch = dir.with_extension(format!(
+        "part{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).map_err(|e| io_error("a download directory", e))?;
     let result = download_and_unpack(python, platform, file, digest, &scratch);
@@ -143,6 +158,7 @@ fn download_and_unpack(
     let binary = scratch.join("uv");
     let member = format!("uv-{UV_VERSION}.data/scripts/uv");
     let unpacked = Command::new(python)
+        .env_clear()
         .args([
             "-c",
             "import sys, zipfile; open(sys.argv[3], 'wb').write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))",

@@ -21,7 +21,14 @@ impl MetricsListener {
         tokio::net::TcpListener::bind(addr)
             .await
             .map(MetricsListener)
-            .map_err(|source| ServeError::Bind { addr, source })
+            .map_err(|e| {
+                ServeError::Io(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot listen for metrics on {addr}: {e}. Pick another address with --metrics or metrics.listen"
+                    ),
+                ))
+            })
     }
 
     /// The address bound (port 0 picks one).

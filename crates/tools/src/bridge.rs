@@ -376,8 +376,6 @@ async fn call(
         .call(manager, exec, &server, &name, arguments, &shown)
         .await
         .map_err(|e| fail(&server, &name, e))?;
-    // The tool reached, after a search of this session: the search learns.
-    cem_host::cluster::used_tool(state, &session.key, &format!("{server}.{name}")).await;
     let content = serde_json::to_value(&result.content).unwrap_or(Value::Null);
     if result.is_error == Some(true) {
         return Err(fail(
@@ -386,6 +384,8 @@ async fn call(
             text_of(&content).unwrap_or_else(|| content.to_string()),
         ));
     }
+    // The tool answered, after a search of this session: the search learns.
+    cem_host::cluster::used_tool(state, &session.key, &format!("{server}.{name}"));
     let value = match result.structured_content {
         Some(structured) => structured,
         None => convert(state, &content),

@@ -236,7 +236,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
         }
     };
     // Reading a tool's definition after a search is a use of it.
-    cem_host::cluster::used_tool(state, &session.key, &entry.qualified_name()).await;
+    cem_host::cluster::used_tool(state, &session.key, &entry.qualified_name());
     // Only an upstream tool has a Python rendering to stand for its schemas.
     let is_upstream = entry.kind == EntryKind::Upstream;
     let mut answer = with_schemas(entry, schemas || !is_upstream);

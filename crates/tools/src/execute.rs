@@ -227,15 +227,21 @@ async fn shared_slot(state: &AppState) -> Result<Option<cem_cluster::ExecutionSl
         .await?
     {
         Ok(slot) => Ok(Some(slot)),
-        Err(cem_cluster::Refused::Concurrent { limit }) => Err(ToolFailure(format!(
-            "quotas.concurrent_executions is {limit}, and that many of your executions are running on the server's nodes; wait for one to finish and retry"
-        ))),
+        Err(cem_cluster::Refused::Concurrent { limit }) => {
+            cem_metrics::metrics().quota_refused("concurrent_executions");
+            Err(ToolFailure(format!(
+                "quotas.concurrent_executions is {limit}, and that many of your executions are running on the server's nodes; wait for one to finish and retry"
+            )))
+        }
         Err(cem_cluster::Refused::PerMinute {
             limit,
             retry_after_secs,
-        }) => Err(ToolFailure(format!(
-            "quotas.executions_per_minute is {limit}, and you started that many in the last minute across the server's nodes; retry in {retry_after_secs} s"
-        ))),
+        }) => {
+            cem_metrics::metrics().quota_refused("executions_per_minute");
+            Err(ToolFailure(format!(
+                "quotas.executions_per_minute is {limit}, and you started that many in the last minute across the server's nodes; retry in {retry_after_secs} s"
+            )))
+        }
     }
 }
 
@@ -255,7 +261,13 @@ pub fn audit_execution(
             a.tool_calls,
             a.error.clone(),
         ),
-        Err(e) => ("refused", 0, 0, Some(e.to_string())),
+        Err(e) => {
+            let why = e.to_string();
+            if why.contains("quotas.sessions") {
+                cem_metrics::metrics().quota_refused("sessions");
+            }
+            ("refused", 0, 0, Some(why))
+        }
     };
     let timed_out = error
         .as_deref()
