@@ -678,10 +678,7 @@ const MAX_NAMING_WORDS: usize = 6;
 /// The words of a name or query as a set: split at separators and case
 /// changes, lowercase, stop words dropped, stemmed, sorted, each once.
 fn word_set(text: &str) -> Vec<String> {
-    let mut words: Vec<String> = name_words(text).iter().map(|w| stem(w)).collect();
-    words.sort();
-    words.dedup();
-    words
+    term_set(&name_words(text))
 }
 
 /// Whether two names are the same without case, with `-` as `_`.

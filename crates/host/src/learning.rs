@@ -135,7 +135,7 @@ impl Learning {
         self.follow_disk();
         let recorded = self.learned.write().ok()?.record(&query, tool, now());
         if recorded {
-            self.changed();
+            self.save();
         }
         recorded.then_some(query)
     }
@@ -173,7 +173,7 @@ impl Learning {
         if let Ok(mut mine) = self.learned.write() {
             *mine = learned;
         }
-        self.changed();
+        self.save();
     }
 
     /// Forgets every record, or those of `tool`; how many went.
@@ -185,15 +185,9 @@ impl Learning {
             .map(|mut learned| learned.clear(tool))
             .unwrap_or(0);
         if gone > 0 {
-            self.changed();
+            self.save();
         }
         gone
-    }
-
-    /// Writes a change at once: a record is made once per search and tool
-    /// (never per call in a loop), so writes follow an agent's steps.
-    fn changed(&self) {
-        self.save();
     }
 
     /// Reads the file again if someone else changed it since this process
@@ -216,8 +210,9 @@ impl Learning {
         }
     }
 
-    /// Writes the records (atomically: a crash leaves the old file or the
-    /// new one).
+    /// Writes the records, at each change (atomically: a crash leaves the
+    /// old file or the new one). A record is made once per search and tool,
+    /// never per call in a loop, so writes follow an agent's steps.
     pub fn save(&self) {
         let Some(path) = &self.path else {
             return;

@@ -113,13 +113,7 @@ fn download_and_unpack(
     // pip gets the host's index, proxy and certificate settings (PIP_*
     // and the kept variables), not the server's environment and its secrets.
     let mut pip = Command::new(python);
-    pip.env_clear();
-    for (key, value) in std::env::vars_os() {
-        let name = key.to_string_lossy();
-        if crate::installer::KEPT_ENV.contains(&name.as_ref()) || name.starts_with("PIP_") {
-            pip.env(&key, value);
-        }
-    }
+    crate::installer::host_env(&mut pip, "PIP_");
     let downloaded = pip
         .args([
             "-m",

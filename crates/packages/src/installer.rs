@@ -19,7 +19,7 @@ use crate::PackagesError;
 /// Host variables the installer keeps (index settings, proxies, CA roots);
 /// everything else of the server's environment, upstream secrets included,
 /// stays out of it (a source build would run with it).
-pub(crate) const KEPT_ENV: &[&str] = &[
+const KEPT_ENV: &[&str] = &[
     "PATH",
     "HOME",
     "LANG",
@@ -37,6 +37,21 @@ pub(crate) const KEPT_ENV: &[&str] = &[
     "no_proxy",
     "all_proxy",
 ];
+
+/// Gives `cmd` only the kept host variables and those starting with
+/// `prefix` (the tool's own settings: `UV_`, `PIP_`), none of the rest of
+/// the server's environment.
+pub(crate) fn host_env(cmd: &mut Command, prefix: &str) {
+    cmd.env_clear();
+    for (key, value) in std::env::vars_os() {
+        let keep = key
+            .to_str()
+            .is_some_and(|k| KEPT_ENV.contains(&k) || k.starts_with(prefix));
+        if keep {
+            cmd.env(key, value);
+        }
+    }
+}
 
 /// A uv binary.
 #[derive(Debug, Clone)]
@@ -148,15 +163,7 @@ impl Installer {
         // After "--" nothing is an option, whatever a requirement says.
         cmd.arg("--")
             .args(job.requirements.iter().map(Requirement::as_str));
-        cmd.env_clear();
-        for (key, value) in std::env::vars_os() {
-            let keep = key
-                .to_str()
-                .is_some_and(|k| KEPT_ENV.contains(&k) || k.starts_with("UV_"));
-            if keep {
-                cmd.env(key, value);
-            }
-        }
+        host_env(&mut cmd, "UV_");
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -475,7 +475,8 @@ impl McpHandler {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         let state = self.tenant(&context, Some(&name))?;
-        tracing::Span::current().record("tenant", tenant_digest(&state.tenant).as_str());
+        tracing::Span::current()
+            .record("tenant", cem_config::tenant_digest(&state.tenant).as_str());
         let args = Args::new(request.arguments);
         let started = std::time::Instant::now();
         let key = cem_host::privacy::session_key(
@@ -568,12 +569,6 @@ fn node_name(state: &AppState) -> &'static str {
             .and_then(|h| h.into_string().ok())
             .unwrap_or_else(|| "local".into()),
     })
-}
-
-/// A tenant as log lines name it: a digest, so a log shipper never holds a
-/// person's name or e-mail address (the audit log maps it back).
-fn tenant_digest(tenant: &str) -> String {
-    cem_config::tenant_digest(tenant)
 }
 
 /// How long a task lives: at least 30 minutes, and always longer than the
