@@ -8,6 +8,7 @@ huge tool results, floods the bridge with requests that are not tool calls, with
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -207,7 +208,8 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted)
     while any(t.is_alive() for t in threads):
         for n in members:
             procs = tenants / f"token-{n}" / "cgroup.procs"
-            now = procs.read_text().split() if procs.exists() else []
+            # The server itself is listed in each too: its threads that work for a tenant sit in its group.
+            now = [p for p in procs.read_text().split() if p != str(server.proc.pid)] if procs.exists() else []
             if len(now) > len(members[n]):
                 members[n] = now
         time.sleep(0.05)
@@ -251,6 +253,66 @@ def test_each_tenant_prepares_its_sandboxes_apart_and_cgroup_moves_wait_for_no_g
     with open("/proc/self/mounts") as f:
         favoring = [line for line in f if line.split()[2] in ("cgroup", "cgroup2") and "favordynmods" in line.split()[3]]
     assert favoring, "no cgroup mount has favordynmods"
+
+
+def thread_cpu(task: Path) -> float:
+    """CPU seconds a thread used (user and system), 0 for one gone meanwhile."""
+    try:
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_by_group(pid: int, group: Path) -> dict[str, float]:
+    """The server's own threads' CPU seconds, summed by their cpu group relative to `group`."""
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            where = cpu_group_of(task)
+        except OSError:
+            continue
+        key = str(where.relative_to(group)) if where is not None and where.is_relative_to(group) else "?"
+        out[key] = out.get(key, 0.0) + thread_cpu(task)
+    return out
+
+
+def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cpu_group(tmp_path: Path):
+    # The server's async workers decoded every tenant's upstream messages and serialised its results for
+    # the sandbox: a tenant pulling 15 MB results in a loop held them (at the server's cpu weight, outside any
+    # tenant's group), and every other tenant's requests queued behind it.
+    server, alice, bob = serve(tmp_path, {"pii": {"mode": "manual"}})
+    try:
+        group = cpu_group(server.proc.pid)
+        if group is None or not (group / "cpu.shares").exists():
+            pytest.skip("no cgroup v1 cpu controller here")
+        for who in (alice, bob):
+            assert who.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})["success"]
+        # Each tenant has its own workers, named by its digest (never its id), in its own cpu group.
+        lanes: dict[str, set[str]] = {}
+        for task in Path(f"/proc/{server.proc.pid}/task").iterdir():
+            name = (task / "comm").read_text().strip()
+            if name.startswith("tenant-"):
+                lanes.setdefault(name, set()).add(str(cpu_group_of(task).relative_to(group)))
+        assert not any("alice" in n or "bob" in n for n in lanes), lanes
+        assert sorted(g for groups in lanes.values() for g in groups) == [
+            "code-execution-mcp/tenants/token-alice", "code-execution-mcp/tenants/token-bob"], lanes
+        # While alice's code pulls 15 MB results, what the server spends on them is spent in alice's group.
+        before = server_cpu_by_group(server.proc.pid, group)
+        code = "n = 0\nwhile True:\n    call_tool('fault.big_text', {'mib': 15})\n    n += 1\n"
+        answer = alice.call("execute_code", {"code": code, "timeout_seconds": 6})
+        assert answer["tool_calls"] >= 2, answer
+        after = server_cpu_by_group(server.proc.pid, group)
+        spent = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        in_alice = sum(v for k, v in spent.items() if k.startswith("code-execution-mcp/tenants/token-alice"))
+        elsewhere = sum(v for k, v in spent.items() if not k.startswith("code-execution-mcp/tenants/token-alice"))
+        # Decoding, copying and serialising 30 MB or more is at least tens of milliseconds; the server's own
+        # workers only carried the request and its answer.
+        assert in_alice > 2 * elsewhere, spent
+        # And bob is served meanwhile by his own workers, as before.
+        assert bob.call("execute_code", {"code": "result = 2"})["result"] == 2
+    finally:
+        server.stop()
 
 
 def cpu_group_of(task: Path) -> Path | None:

@@ -95,7 +95,9 @@ impl HostWork {
             // A thread that could not move runs at the server's weight. One
             // that moved goes back when the job ends, a panic included
             // (tokio reuses the thread for anyone's blocking work).
+            // A lane's thread is in the tenant's group already.
             let _back = cpu
+                .filter(|_| !crate::lane::on_lane_thread())
                 .filter(|(tenant, _)| tenant.join_thread().is_ok())
                 .map(|(_, server)| BackToServer(server));
             let out = work();

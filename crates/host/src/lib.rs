@@ -23,6 +23,7 @@ pub mod discovery;
 mod disk_quota;
 pub mod gate;
 pub mod host_work;
+pub mod lane;
 pub mod learning;
 pub mod paused;
 pub mod privacy;

@@ -69,6 +69,10 @@ pub struct AppState {
     pub host: crate::host_work::HostWork,
     /// What search learned from this tenant's use of tools.
     pub learning: crate::learning::Learning,
+    /// The tenant's own async workers, where its tool calls run (see
+    /// [`crate::lane`]); None for the local tenant, whose calls run on the
+    /// server's workers (stdio, the CLI, HTTP without per-person tokens).
+    pub lane: Option<crate::lane::Lane>,
 }
 
 /// The tenant's tasks (rmcp's manager, which keeps no `Debug`).
@@ -280,7 +284,15 @@ impl AppState {
             cluster: self.cluster.clone(),
         };
         let audit_path = root.join("audit").join("audit.jsonl");
-        Self::assemble(shared, id, &root, audit_path, false)
+        let mut state = Self::assemble(shared, id, &root, audit_path, false)?;
+        let cpu = (!state.engine.options().no_sandbox)
+            .then(|| cem_engine::tenant_cpu(id))
+            .flatten();
+        state.lane = Some(
+            crate::lane::Lane::new(id, cpu)
+                .map_err(|e| StateError::Tenant(format!("{e}; the host may be out of threads")))?,
+        );
+        Ok(state)
     }
 
     /// One tenant's state: its workspace and skills under `root`, its
@@ -378,6 +390,7 @@ impl AppState {
         let changes = crate::Changes::new();
         changes.subscribe(catalog.clone());
         Ok(Self {
+            lane: None,
             learning,
             changes,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),

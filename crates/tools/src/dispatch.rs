@@ -47,7 +47,19 @@ pub async fn call(
     if !listed {
         return None;
     }
-    run(state, name, args, session).await
+    let Some(lane) = &state.lane else {
+        return run(state, name, args, session).await;
+    };
+    // On the tenant's own workers (see cem_host::lane): what this call
+    // costs the host weighs on the tenant's share, not on every tenant's.
+    let (on_lane, name_owned, session) = (state.clone(), name.to_string(), session.clone());
+    match lane
+        .run(async move { run(&on_lane, &name_owned, args, &session).await })
+        .await
+    {
+        Ok(answer) => answer,
+        Err(e) => Some(Answer::Plain(Err(e.into()))),
+    }
 }
 
 /// Runs `name` whether `tools/list` shows it or not (resources read files

@@ -1,13 +1,16 @@
-//! The stdio transport to an upstream server: rmcp's line transport over a
-//! child's pipes, with a watch on line sizes. rmcp drops a line over its
-//! limit and only logs it, which would leave the call that waits for that
-//! answer hanging until its timeout; the watch lets the manager fail the
-//! calls in flight at once, with advice.
+//! The stdio transport to an upstream server: newline-delimited JSON-RPC
+//! over a child's pipes. Messages out go through rmcp's writer; messages in
+//! are read here, for two reasons. rmcp drops a line over its limit and
+//! only logs it, which would leave the call that waits for that answer
+//! hanging until its timeout: here an oversized line bumps a watch that
+//! lets the manager fail the calls in flight at once, with advice. And
+//! rmcp keeps its line buffer at the size of the largest message it ever
+//! read: a tenant whose code pulled 15 MB results held 32 MB per upstream
+//! connection for the rest of the run; here a buffer grown past
+//! [`KEEP_BUFFER_BYTES`] is given back after its message.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -18,12 +21,16 @@ use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::AsyncRwTransport;
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::watch;
 
 /// The largest message accepted from a stdio upstream.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// The line buffer's capacity kept between messages; one grown past it by
+/// a large message is freed once that message is parsed.
+pub const KEEP_BUFFER_BYTES: usize = 1 << 20;
 
 /// How long a server may take to exit after its stdin closes.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
@@ -40,7 +47,9 @@ pub struct ChildTransport {
     children: Children,
     /// The process group: the child's pid while it has not been reaped.
     group: Option<Pid>,
-    inner: AsyncRwTransport<RoleClient, Watched, ChildStdin>,
+    /// rmcp's transport, used only to write (its reader reads nothing).
+    inner: AsyncRwTransport<RoleClient, tokio::io::Empty, ChildStdin>,
+    lines: LineReader,
 }
 
 /// Sends `signal` to every process of `group` (gone already is fine).
@@ -116,15 +125,13 @@ impl ChildTransport {
                 "the child's stdin or stdout is not piped",
             ));
         };
-        let watched = Watched {
-            inner: stdout,
-            lines: LineWatch {
-                line: 0,
-                flagged: false,
-                oversized,
-            },
+        let inner = AsyncRwTransport::new(tokio::io::empty(), stdin);
+        let lines = LineReader {
+            read: BufReader::new(stdout),
+            line: Vec::new(),
+            discarding: false,
+            oversized,
         };
-        let inner = AsyncRwTransport::new(watched, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
         let group = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -137,6 +144,7 @@ impl ChildTransport {
             children,
             group,
             inner,
+            lines,
         })
     }
 }
@@ -152,7 +160,7 @@ impl Transport<RoleClient> for ChildTransport {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.inner.receive()
+        self.lines.next_message()
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
@@ -243,55 +251,82 @@ fn group_runs(group: Pid) -> bool {
     })
 }
 
-/// The child's stdout, counting the bytes of the line being read.
-pub struct Watched {
-    inner: ChildStdout,
-    lines: LineWatch,
-}
-
-struct LineWatch {
-    /// Bytes of the current line so far.
-    line: usize,
-    /// Whether the current line was already reported.
-    flagged: bool,
+/// Reads the child's stdout a line at a time, each line one message.
+struct LineReader {
+    read: BufReader<ChildStdout>,
+    /// The line read so far. It survives a cancelled read (rmcp polls
+    /// `receive` inside a `select!`): the next call resumes the same line.
+    line: Vec<u8>,
+    /// Dropping the rest of a line over [`MAX_MESSAGE_BYTES`].
+    discarding: bool,
     oversized: watch::Sender<u64>,
 }
 
-impl LineWatch {
-    fn observe(&mut self, bytes: &[u8]) {
-        match bytes.iter().rposition(|&b| b == b'\n') {
-            Some(last) => {
-                let first = bytes.iter().position(|&b| b == b'\n').unwrap_or(last);
-                // rmcp refuses a line when it and its newline exceed the limit.
-                self.check(self.line + first + 1);
-                self.line = bytes.len() - last - 1;
-                self.flagged = false;
+impl LineReader {
+    /// The next message; None when the child closed its output (or it
+    /// cannot be read). Lines that are not a message are skipped, as the
+    /// official SDKs do: empty lines, text that is not JSON (a server that
+    /// prints to stdout), JSON of another shape, and an oversized line,
+    /// which is reported to the watch.
+    async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            if !self.next_line().await? {
+                continue;
             }
-            None => self.line += bytes.len(),
+            let parsed = {
+                let line = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+                (!line.is_empty()).then(|| serde_json::from_slice(line))
+            };
+            self.line.clear();
+            if self.line.capacity() > KEEP_BUFFER_BYTES {
+                self.line = Vec::new();
+            }
+            match parsed {
+                Some(Ok(message)) => return Some(message),
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "skipping a line that is not a message")
+                }
+                None => {}
+            }
         }
-        self.check(self.line);
     }
 
-    fn check(&mut self, length: usize) {
-        if length > MAX_MESSAGE_BYTES && !self.flagged {
-            self.flagged = true;
-            self.oversized.send_modify(|n| *n += 1);
+    /// Reads up to the next newline into `self.line`, never past
+    /// [`MAX_MESSAGE_BYTES`]: Some(true) for a whole line, Some(false) for
+    /// an oversized one (dropped), None at the end of the output. Cancel
+    /// safe: between `fill_buf` and `consume` nothing awaits.
+    async fn next_line(&mut self) -> Option<bool> {
+        loop {
+            let available = match self.read.fill_buf().await {
+                Ok([]) => return None,
+                Ok(available) => available,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot read the server's output");
+                    return None;
+                }
+            };
+            let newline = available.iter().position(|b| *b == b'\n');
+            let take = newline.map_or(available.len(), |at| at + 1);
+            let mut outcome = None;
+            if self.discarding {
+                self.discarding = newline.is_none();
+            } else if self.line.len().saturating_add(take) > MAX_MESSAGE_BYTES {
+                self.line = Vec::new();
+                self.discarding = newline.is_none();
+                self.oversized.send_modify(|n| *n += 1);
+                outcome = Some(false);
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+                if newline.is_some() {
+                    outcome = Some(true);
+                }
+            }
+            self.read.consume(take);
+            if let Some(whole) = outcome {
+                return Some(whole);
+            }
         }
-    }
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = polled {
-            this.lines.observe(&buf.filled()[before..]);
-        }
-        polled
     }
 }
