@@ -333,10 +333,11 @@ fn score_of(catalog: &Catalog, needs: &[&Need], learned: Option<&Learned>) -> Sc
     score
 }
 
-/// Learning from use, measured honestly: the needs are split by line
-/// parity; the uses of one half are recorded (each need's tool used once
-/// after searching for it), and the other half is searched: only needs
-/// whose tool has another phrasing in the recorded half count. Then both
+/// Learning from use, across needs: the needs are split by line parity;
+/// the uses of one half are recorded (each need's tool used once after
+/// searching for it), and the other half is searched: needs whose tool
+/// answered another need of the recorded half, and apart, needs whose tool
+/// nobody used. Then both
 /// halves swap. Also: the same phrasing searched again after its use (every
 /// need recorded), and the named sets with every need recorded (learning
 /// must not cost a named tool its place).
@@ -346,6 +347,7 @@ fn learning_from_one_use_of_another_phrasing() {
     let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
     let needs = needs();
     let (mut without, mut with) = (Score::default(), Score::default());
+    let (mut unused_without, mut unused_with) = (Score::default(), Score::default());
     for half in 0..2 {
         let recorded: Vec<&Need> = needs.iter().filter(|n| n.line % 2 == half).collect();
         let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
@@ -353,12 +355,26 @@ fn learning_from_one_use_of_another_phrasing() {
             .iter()
             .filter(|n| n.line % 2 != half && n.answers.iter().any(|a| tools.contains(a.as_str())))
             .collect();
+        // Needs whose tool nobody used: learning must not push them down.
+        let unused: Vec<&Need> = needs
+            .iter()
+            .filter(|n| n.line % 2 != half && !n.answers.iter().any(|a| tools.contains(a.as_str())))
+            .collect();
         let learned = learned_from(&recorded);
         let before = score_of(&hybrid, &searched, None);
         let after = score_of(&hybrid, &searched, Some(&learned));
+        let unused_before = score_of(&hybrid, &unused, None);
+        let unused_after = score_of(&hybrid, &unused, Some(&learned));
         println!("learning half {half}: without {}", before.line());
         println!("learning half {half}: with    {}", after.line());
-        for (total, part) in [(&mut without, before), (&mut with, after)] {
+        println!("  tools nobody used, without {}", unused_before.line());
+        println!("  tools nobody used, with    {}", unused_after.line());
+        for (total, part) in [
+            (&mut without, before),
+            (&mut with, after),
+            (&mut unused_without, unused_before),
+            (&mut unused_with, unused_after),
+        ] {
             total.needs += part.needs;
             total.top1 += part.top1;
             total.top3 += part.top3;
@@ -369,6 +385,8 @@ fn learning_from_one_use_of_another_phrasing() {
     }
     println!("learning both halves: without {}", without.line());
     println!("learning both halves: with    {}", with.line());
+    println!("tools nobody used, without   {}", unused_without.line());
+    println!("tools nobody used, with      {}", unused_with.line());
     let all: Vec<&Need> = needs.iter().collect();
     let learned = learned_from(&all);
     let again = score_of(&hybrid, &all, Some(&learned));
@@ -381,14 +399,74 @@ fn learning_from_one_use_of_another_phrasing() {
     let words_with = score_of(&hybrid, &words, Some(&learned));
     println!("named with learning      {}", named_with.line());
     println!("name words with learning {}", words_with.line());
-    // Learning must help, and must never cost a tool named by its words
-    // its first place.
+    // Another need of a tool used once is another need, not another
+    // phrasing (`learning_from_another_phrasing_of_the_same_need` measures
+    // that): learning must not cost it more than a little. And it must
+    // never cost a tool named by its words its first place.
     assert!(
-        with.top3 > without.top3,
+        with.top3 + with.needs / 20 >= without.top3,
         "with {} without {}",
         with.line(),
         without.line()
     );
     assert!(again.top1() >= 0.95, "again {}", again.line());
     assert_eq!(words_with.top1, words_with.needs, "{}", words_with.line());
+}
+
+/// Learning measured on what it is for: `paraphrases.jsonl` holds a second
+/// phrasing of every need (line for line: other words, other sentence
+/// shape, the concrete names changed in about half). The uses of one half's
+/// needs are recorded in their first phrasing, and the same needs are
+/// searched in their second; the needs of the other half whose tools
+/// nobody used are searched too, with and without the records, so that
+/// learning is seen to cost them nothing. Then the halves swap.
+#[test]
+fn learning_from_another_phrasing_of_the_same_need() {
+    let entries = entries();
+    let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
+    let needs = needs();
+    let second = read_needs("paraphrases.jsonl");
+    assert_eq!(second.len(), needs.len());
+    let mut totals = [Score::default(); 4];
+    for half in 0..2 {
+        let recorded: Vec<&Need> = needs.iter().filter(|n| n.line % 2 == half).collect();
+        let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
+        let again: Vec<&Need> = second.iter().filter(|n| n.line % 2 == half).collect();
+        let unused: Vec<&Need> = second
+            .iter()
+            .filter(|n| n.line % 2 != half && !n.answers.iter().any(|a| tools.contains(a.as_str())))
+            .collect();
+        let learned = learned_from(&recorded);
+        let parts = [
+            score_of(&hybrid, &again, None),
+            score_of(&hybrid, &again, Some(&learned)),
+            score_of(&hybrid, &unused, None),
+            score_of(&hybrid, &unused, Some(&learned)),
+        ];
+        for (total, part) in totals.iter_mut().zip(parts) {
+            total.needs += part.needs;
+            total.top1 += part.top1;
+            total.top3 += part.top3;
+            total.top5 += part.top5;
+            total.top10 += part.top10;
+            total.reciprocal += part.reciprocal;
+        }
+    }
+    let [before, after, unused_before, unused_after] = totals;
+    println!("another phrasing, without learning {}", before.line());
+    println!("another phrasing, with learning    {}", after.line());
+    println!(
+        "tools nobody used, without         {}",
+        unused_before.line()
+    );
+    println!("tools nobody used, with            {}", unused_after.line());
+    assert!(after.top3 > before.top3, "{}", after.line());
+    // Records of other tools must not push a need's own tool out of the
+    // first three more than rarely.
+    assert!(
+        unused_after.top3 + unused_after.needs / 20 >= unused_before.top3,
+        "with {} without {}",
+        unused_after.line(),
+        unused_before.line()
+    );
 }
