@@ -9,6 +9,9 @@ tests (its `big_text` returns megabytes). Two phases, one run:
 2. hostile: the same eight, plus two hostile tenants for --minutes, each running two attack loops at once:
    15 MB tool results in a loop, a flood of 1 MB PII requests written straight to the bridge without reading the
    answers, a fork bomb, a CPU bomb of 16 processes, filling the disk, and idle sessions whose threads spin.
+   CEM_SOAK_ATTACKS=a,b runs only those; `thread_bomb` (ten spinning Python threads in one execution) runs
+   only when named there: it is the attack the server does not withstand yet (BENCHMARKS.md), kept out of the
+   default cycle so that the cycle's figures stay comparable from one run to the next.
 
 An ordinary tenant sends one request at a time (half a second apart): small computations, a tool call from
 code, workspace writes and reads, search_tools, tokenize_pii from code. Its latency and errors are recorded per
@@ -154,16 +157,24 @@ ATTACKS = {
                   "try:\n    while True:\n        with open(f'fill-{n}', 'wb') as f:\n"
                   "            for _ in range(8): f.write(block)\n        n += 1\nexcept OSError as e:\n"
                   "    result = f'stopped after {n} files: {e}'\n", 15),
+    # Not in the default cycle: the threads of idle_session without a session (no freezing between calls).
+    "thread_bomb": ("import threading\ndef spin():\n    while True: pass\n"
+                    "ts = [threading.Thread(target=spin, daemon=True) for _ in range(10)]\n[t.start() for t in ts]\n"
+                    "[t.join() for t in ts]\n", 8),
     "idle_session": ("import threading\ndef spin():\n    while True: pass\n"
                      "threading.Thread(target=spin, daemon=True).start()\nresult = 'left spinning'\n", 5),
 }
+
+
+# Attacks run only when CEM_SOAK_ATTACKS names them.
+OPTIONAL = {"thread_bomb"}
 
 
 def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: threading.Event) -> None:
     t = Tenant(port, name)
     # CEM_SOAK_ATTACKS=a,b runs only those (to find which one hurts).
     chosen = os.environ.get("CEM_SOAK_ATTACKS")
-    names = [a for a in ATTACKS if not chosen or a in chosen.split(",")]
+    names = [a for a in ATTACKS if (a in chosen.split(",") if chosen else a not in OPTIONAL)]
     k = lane
     while time.monotonic() < until and not stop.is_set():
         attack = names[k % len(names)]
