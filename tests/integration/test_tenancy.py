@@ -45,8 +45,8 @@ def hosted(tmp_path: Path):
 def test_big_results_are_counted_as_they_arrive_and_none_outlives_the_deadline(tmp_path: Path):
     # What is measured is the accounting of results. In pii.mode auto each result is also tokenized before
     # the code sees it (detection runs at about 20 MB/s), which would leave the loop one or two calls in 6 s:
-    # manual mode keeps the loop fast.
-    server, alice, _ = serve(tmp_path, {"pii": {"mode": "manual"}})
+    # manual mode keeps the loop fast, and no cpu limit slows it (both are measured elsewhere).
+    server, alice, _ = serve(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}})
     try:
         check_big_results(server, alice)
     finally:
@@ -281,7 +281,7 @@ def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cp
     # The server's async workers decoded every tenant's upstream messages and serialised its results for
     # the sandbox: a tenant pulling 15 MB results in a loop held them (at the server's cpu weight, outside any
     # tenant's group), and every other tenant's requests queued behind it.
-    server, alice, bob = serve(tmp_path, {"pii": {"mode": "manual"}})
+    server, alice, bob = serve(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}})
     try:
         group = cpu_group(server.proc.pid)
         if group is None or not (group / "cpu.shares").exists():
@@ -311,6 +311,37 @@ def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cp
         assert in_alice > 2 * elsewhere, spent
         # And bob is served meanwhile by his own workers, as before.
         assert bob.call("execute_code", {"code": "result = 2"})["result"] == 2
+    finally:
+        server.stop()
+
+
+def test_each_tenant_may_use_at_most_its_share_of_the_hosts_cpu(tmp_path: Path):
+    # Equal cpu.shares did not hold: ten Python threads of one sandbox handing their interpreter lock to each
+    # other kept the other tenants' groups waiting for a core for up to seconds. Each tenant's group now has a
+    # bandwidth limit (sandbox.tenant_cpu_percent of all cores); the local tenant has none.
+    # Half a core whatever the host has, so that code busy in two threads is past it.
+    percent = max(1, 50 // (os.cpu_count() or 1))
+    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_cpu_percent": percent}})
+    try:
+        group = cpu_group(server.proc.pid)
+        if group is None or not (group / "cpu.shares").exists():
+            pytest.skip("no cgroup v1 cpu controller here")
+        for who in (alice, bob):
+            assert who.call("execute_code", {"code": "result = 1"})["result"] == 1
+        tenants = group / "code-execution-mcp" / "tenants"
+        cores = os.cpu_count() or 1
+        for name in ("alice", "bob"):
+            period = int((tenants / f"token-{name}" / "cpu.cfs_period_us").read_text())
+            quota = int((tenants / f"token-{name}" / "cpu.cfs_quota_us").read_text())
+            assert quota == max(1000, period * cores * percent // 100), (name, period, quota)
+        assert int((tenants / "local" / "cpu.cfs_quota_us").read_text()) == -1
+        # Code that spins in two threads is held to the limit: its group is throttled, and still answers.
+        code = ("import threading, time\ndef spin():\n    t = time.monotonic()\n    while time.monotonic() - t < 1.5: pass\n"
+                "ts = [threading.Thread(target=spin) for _ in range(2)]\n[t.start() for t in ts]\n[t.join() for t in ts]\n"
+                "result = 'spun'")
+        assert alice.call("execute_code", {"code": code})["result"] == "spun"
+        stat = dict(line.split() for line in (tenants / "token-alice" / "cpu.stat").read_text().splitlines())
+        assert int(stat["nr_throttled"]) > 0, stat
     finally:
         server.stop()
 

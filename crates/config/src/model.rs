@@ -185,6 +185,10 @@ pub struct SandboxConfig {
     /// Idle time after which a tenant's warm pool, zygote and interpreter
     /// sessions are released (its next request starts them again).
     pub tenant_idle_seconds: u64,
+    /// The most of the host's CPU (percent of all its cores) one tenant
+    /// other than the local one may use, its sandboxes and the host's work
+    /// for it together (a cgroup bandwidth limit; 100: none).
+    pub tenant_cpu_percent: u32,
     /// Executions allowed to run at once (others wait their turn).
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm. Unset: [`POOL_FORKED`] when
@@ -283,6 +287,7 @@ impl Default for SandboxConfig {
             max_tool_calls: 1000,
             max_host_requests: 1000,
             tenant_idle_seconds: 600,
+            tenant_cpu_percent: 37,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: None,
             zygote: true,

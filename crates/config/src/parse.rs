@@ -468,6 +468,12 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 7 * 86_400, "seconds")
                         .unwrap_or(s.tenant_idle_seconds)
                 }
+                "tenant_cpu_percent" => {
+                    s.tenant_cpu_percent = self
+                        .positive(&key, v, 1, 100, "percent")
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(s.tenant_cpu_percent)
+                }
                 "max_host_requests" => {
                     s.max_host_requests = self
                         .positive(&key, v, 1, 1_000_000, "requests")
@@ -1228,6 +1234,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_tool_calls",
     "max_host_requests",
     "tenant_idle_seconds",
+    "tenant_cpu_percent",
     "python",
     "pool_size",
     "zygote",

@@ -194,6 +194,8 @@ impl AppState {
             path: data_dir.to_path_buf(),
             source,
         })?;
+        // Before any tenant's cpu group is made.
+        cem_sandbox::limit_tenants_to(config.sandbox.tenant_cpu_percent, cem_auth::LOCAL_TENANT);
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
         let registry_dir = config
             .tools_registry

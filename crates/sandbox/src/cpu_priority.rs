@@ -52,6 +52,35 @@ pub const BACKGROUND_SHARES: u32 = 16;
 /// for every tenant.
 pub const TENANT_SHARES: u32 = 1024;
 
+/// The bandwidth period of a tenant's group (the kernel's default).
+const PERIOD_US: u64 = 100_000;
+
+/// The most of the host's CPU one tenant's group may use, in percent of all
+/// cores (`sandbox.tenant_cpu_percent`); 100 sets no limit. Read when a
+/// tenant's group is first used in this process.
+static TENANT_CPU_PERCENT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(100);
+
+/// The one tenant given no limit (the local one), set with the limit.
+static UNLIMITED_TENANT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the limit [`CpuPriority::tenant`] gives the groups it makes from now
+/// on (the server's config, before its first tenant), and the tenant that
+/// gets none.
+pub fn limit_tenants_to(percent: u32, except: &str) {
+    TENANT_CPU_PERCENT.store(percent.clamp(1, 100), std::sync::atomic::Ordering::Relaxed);
+    let _ = UNLIMITED_TENANT.set(except.to_string());
+}
+
+/// `cpu.cfs_quota_us` for a tenant limited to `percent` of `cores` cores;
+/// -1 (no limit) at 100 percent. At least a millisecond per period.
+fn tenant_quota(percent: u32, cores: usize) -> i64 {
+    if percent >= 100 {
+        return -1;
+    }
+    let quota = PERIOD_US * cores as u64 * u64::from(percent) / 100;
+    quota.max(1_000) as i64
+}
+
 impl CpuPriority {
     /// The server's cpu priority groups, made once per process; Err says
     /// why there are none (and so why preparation runs at full priority).
@@ -155,6 +184,27 @@ impl CpuPriority {
             fs::write(group.join("cpu.shares"), shares.to_string())
                 .map_err(|e| format!("cannot set {}/cpu.shares: {e}", group.display()))?;
         }
+        // Shares alone do not hold: ten Python threads of one sandbox
+        // handing their interpreter lock to each other (a futex wake every
+        // few microseconds) kept other tenants' groups, of the same weight,
+        // waiting for a core for up to seconds (`perf sched latency`),
+        // where sixteen busy processes did not. A bandwidth limit is not a
+        // matter of who wakes when: past its quota a group waits for the
+        // next period. The local tenant (one person's server) has none.
+        let percent = if UNLIMITED_TENANT.get().is_some_and(|t| t == tenant) {
+            100
+        } else {
+            TENANT_CPU_PERCENT.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let quota = tenant_quota(percent, cores);
+        for (name, value) in [
+            ("cpu.cfs_period_us", PERIOD_US as i64),
+            ("cpu.cfs_quota_us", quota),
+        ] {
+            fs::write(dir.join(name), value.to_string())
+                .map_err(|e| format!("cannot set {}/{name}: {e}", dir.display()))?;
+        }
         let groups: &'static CpuPriority = Box::leak(Box::new(CpuPriority {
             background: background.join("cgroup.procs"),
             foreground: dir.join("cgroup.procs"),
@@ -229,6 +279,15 @@ fn own_cpu_cgroup(own: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenants_quota_is_its_share_of_every_core() {
+        assert_eq!(tenant_quota(100, 2), -1);
+        assert_eq!(tenant_quota(37, 2), 74_000);
+        assert_eq!(tenant_quota(50, 8), 400_000);
+        // Never below a millisecond a period.
+        assert_eq!(tenant_quota(1, 0), 1_000);
+    }
 
     #[test]
     fn finds_the_cpu_hierarchy_among_v1_lines() {

@@ -43,7 +43,7 @@ pub mod zygote;
 
 pub use cgroup::Cgroup;
 pub use cgroup_latency::{Favor, favor_dynamic_changes};
-pub use cpu_priority::{BACKGROUND_SHARES, CpuPriority};
+pub use cpu_priority::{BACKGROUND_SHARES, CpuPriority, limit_tenants_to};
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
