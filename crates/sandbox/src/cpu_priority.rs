@@ -198,12 +198,16 @@ impl CpuPriority {
         };
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let quota = tenant_quota(percent, cores);
+        // A limit the kernel refuses (a parent group with a smaller quota
+        // of its own) leaves the tenant its group and its weight, and says so.
         for (name, value) in [
             ("cpu.cfs_period_us", PERIOD_US as i64),
             ("cpu.cfs_quota_us", quota),
         ] {
-            fs::write(dir.join(name), value.to_string())
-                .map_err(|e| format!("cannot set {}/{name}: {e}", dir.display()))?;
+            if let Err(e) = fs::write(dir.join(name), value.to_string()) {
+                tracing::warn!(error = %e, group = %dir.display(), "cannot set {name}: this tenant's cpu use is not limited");
+                break;
+            }
         }
         let groups: &'static CpuPriority = Box::leak(Box::new(CpuPriority {
             background: background.join("cgroup.procs"),
