@@ -43,6 +43,16 @@ struct Score {
 }
 
 impl Score {
+    /// Adds another part's counts (the two halves of a split).
+    fn merge(&mut self, part: Score) {
+        self.needs += part.needs;
+        self.top1 += part.top1;
+        self.top3 += part.top3;
+        self.top5 += part.top5;
+        self.top10 += part.top10;
+        self.reciprocal += part.reciprocal;
+    }
+
     fn add(&mut self, rank: Option<usize>) {
         self.needs += 1;
         if let Some(r) = rank {
@@ -375,12 +385,7 @@ fn learning_from_one_use_of_another_phrasing() {
             (&mut unused_without, unused_before),
             (&mut unused_with, unused_after),
         ] {
-            total.needs += part.needs;
-            total.top1 += part.top1;
-            total.top3 += part.top3;
-            total.top5 += part.top5;
-            total.top10 += part.top10;
-            total.reciprocal += part.reciprocal;
+            total.merge(part);
         }
     }
     println!("learning both halves: without {}", without.line());
@@ -444,12 +449,7 @@ fn learning_from_another_phrasing_of_the_same_need() {
             score_of(&hybrid, &unused, Some(&learned)),
         ];
         for (total, part) in totals.iter_mut().zip(parts) {
-            total.needs += part.needs;
-            total.top1 += part.top1;
-            total.top3 += part.top3;
-            total.top5 += part.top5;
-            total.top10 += part.top10;
-            total.reciprocal += part.reciprocal;
+            total.merge(part);
         }
     }
     let [before, after, unused_before, unused_after] = totals;
