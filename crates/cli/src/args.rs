@@ -320,6 +320,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
 
+    /// Send OpenTelemetry traces over OTLP/HTTP to the collector at URL
+    /// (its base address: `/v1/traces` is added): a span for each tool
+    /// call, its execution, each request from code and each upstream call.
+    /// Off unless given; OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (a full URL)
+    /// also turns it on.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<url::Url>,
+
     /// Require `Authorization: Bearer TOKEN` on every HTTP request.
     #[arg(
         long,

@@ -8,7 +8,11 @@ use std::io::Write;
 use std::sync::OnceLock;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 static SECRETS: OnceLock<cem_config::Redactor> = OnceLock::new();
 
@@ -19,7 +23,13 @@ pub fn hide_secrets(secrets: &cem_config::Redactor) {
     }
 }
 
-pub fn init(level: &str, format: crate::args::LogFormat) {
+/// Logs to stderr at `level` in `format`; with a `tracer`, the server's
+/// spans also go to OpenTelemetry, whatever the log level.
+pub fn init(
+    level: &str,
+    format: crate::args::LogFormat,
+    tracer: Option<opentelemetry_sdk::trace::SdkTracer>,
+) {
     // rmcp logs every handshake at info; keep it quiet unless asked for.
     let spec = if level == "info" {
         "info,rmcp=warn"
@@ -30,21 +40,34 @@ pub fn init(level: &str, format: crate::args::LogFormat) {
         eprintln!("warning: invalid --log-level {level:?}; using info");
         EnvFilter::new("info")
     });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(Scrubbed)
         .with_ansi(false);
-    match format {
-        crate::args::LogFormat::Text => builder.init(),
+    let lines = match format {
+        crate::args::LogFormat::Text => lines.boxed(),
         // The event's fields at the top level; the spans it happened in
         // (request: id, tenant, node; execution: id) as a list.
-        crate::args::LogFormat::Json => builder
+        crate::args::LogFormat::Json => lines
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(true)
-            .init(),
-    }
+            .boxed(),
+    };
+    // Only the server's own spans: no events (their messages may quote
+    // what the log writer scrubs), nothing of the HTTP client that sends
+    // the spans (which would trace its own exports).
+    let spans = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(filter_fn(|meta| {
+                meta.is_span() && meta.target().starts_with("cem_")
+            }))
+    });
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        .with(spans)
+        .init();
 }
 
 /// Hands each event a buffer, written to stderr without secrets when the

@@ -15,6 +15,7 @@ mod run;
 mod serve;
 mod setup;
 mod skills;
+mod telemetry;
 mod terminal;
 mod tools;
 
@@ -37,7 +38,23 @@ fn main() -> ExitCode {
     memory::return_large_blocks();
     quiet_broken_pipe();
     let cli = Cli::parse();
-    logging::init(&cli.log_level, cli.log_format);
+    // Before logging (the tracer is one of its layers) and before any
+    // async runtime (the exporter's blocking client starts its own).
+    let traces = match &cli.command {
+        Command::Serve(serve) => match telemetry::Traces::start(serve.otlp_endpoint.as_ref()) {
+            Ok(traces) => traces,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
+    let (traces, tracer) = traces.unzip();
+    if tracer.is_some() {
+        cem_metrics::traces::exporting();
+    }
+    logging::init(&cli.log_level, cli.log_format, tracer);
     let outcome = match &cli.command {
         Command::Serve(serve) => serve::run(&cli, serve),
         Command::Doctor(doctor) => doctor::run(&cli, doctor),
@@ -56,6 +73,9 @@ fn main() -> ExitCode {
             json_lines::answer_each(|text| cem_engine::count_tokens(text).to_string())
         }
     };
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
     match outcome {
         Ok(code) => code,
         Err(error) => {

@@ -12,6 +12,8 @@
 //! metrics listener fills the gauges that are read rather than counted
 //! (tenants, the warm pool, upstream state) just before it renders.
 
+pub mod traces;
+
 use std::sync::LazyLock;
 
 use metrics::{

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use cem_metrics::traces;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitResult, ElicitationAction,
     Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
@@ -401,9 +402,23 @@ impl ServerHandler for McpHandler {
             tool = %name,
             tenant = tracing::field::Empty,
             node = %node_name(self.tenants.local()),
+            // For traces (`serve --otlp-endpoint`), recorded only then.
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        traces::name(&span, traces::Kind::Server, || format!("tools/call {name}"));
+        crate::trace_context::continue_trace(&span, &context);
+        let traced = span.clone();
+        let run = async move {
+            let answer = self.run_tool(request, context).await;
+            if failed(&answer) {
+                traces::failed(&traced);
+            }
+            answer
+        };
         tokio::select! {
-            answer = self.run_tool(request, context).instrument(span) => answer,
+            answer = run.instrument(span) => answer,
             () = cancelled.cancelled() => {
                 tracing::info!(session = self.session, tool = %name, "cancelled by the client");
                 Err(ErrorData::internal_error("cancelled by the client", None))
@@ -739,5 +754,14 @@ impl McpHandler {
                 result
             }
         }
+    }
+}
+
+/// Whether a tool call's answer is a failure, for its span's status.
+fn failed(answer: &Result<CallToolResponse, ErrorData>) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(CallToolResponse::Complete(result)) => result.is_error == Some(true),
+        Ok(_) => false,
     }
 }

@@ -20,6 +20,7 @@ mod logging;
 mod metrics;
 mod stdio;
 mod tenants;
+mod trace_context;
 
 pub use handler::McpHandler;
 /// For the fuzz targets: the HTTP transport's checks on what a client sends.

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use base64::Engine as _;
 use cem_catalog::python::alias;
 use cem_engine::{BoxFuture, Bridge, CallError};
+use cem_metrics::traces;
 use serde_json::{Value, json};
+use tracing::Instrument as _;
 
 use cem_host::AppState;
 use cem_host::gate::Execution;
@@ -50,26 +52,34 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         let exec = self.exec.clone();
-        Box::pin(async move {
-            // Nothing of the config's credentials reaches the code: the
-            // manager removed them from the tool's answer and its errors;
-            // an error may also quote the gate's words, so those are looked
-            // at again here.
-            let secrets = &state.config.secrets;
-            let _in_flight = cem_metrics::metrics().bridge_request();
-            let answer = match call(&state, &session, &exec, &tool, arguments).await {
-                Ok(value) => Ok(value),
-                Err(mut e) => {
-                    e.message = secrets.redact_credentials(&e.message).into_owned();
-                    Err(e)
+        let span = bridge_span("call");
+        Box::pin(
+            async move {
+                // Nothing of the config's credentials reaches the code: the
+                // manager removed them from the tool's answer and its errors;
+                // an error may also quote the gate's words, so those are looked
+                // at again here.
+                let secrets = &state.config.secrets;
+                let _in_flight = cem_metrics::metrics().bridge_request();
+                let answer = match call(&state, &session, &exec, &tool, arguments).await {
+                    Ok(value) => Ok(value),
+                    Err(mut e) => {
+                        e.message = secrets.redact_credentials(&e.message).into_owned();
+                        Err(e)
+                    }
+                };
+                let answer = if privacy::automatic(&state.config.pii) {
+                    for_code(&state, &session, &exec, answer).await
+                } else {
+                    answer
+                };
+                if answer.is_err() {
+                    traces::failed(&tracing::Span::current());
                 }
-            };
-            if privacy::automatic(&state.config.pii) {
-                for_code(&state, &session, &exec, answer).await
-            } else {
                 answer
             }
-        })
+            .instrument(span),
+        )
     }
 
     fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
@@ -79,40 +89,52 @@ impl Bridge for ToolBridge {
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
         let session = self.session.clone();
-        Box::pin(async move {
-            let _in_flight = cem_metrics::metrics().bridge_request();
-            // search_tools itself, as the agent would call it (what it shows of
-            // skills is tokenized in automatic mode), but not through the
-            // dispatcher: the execution this runs in pulled the store already.
-            let args = cem_host::Args::new(arguments.as_object().cloned());
-            let mut body = crate::discovery::search(&state, args, &session)
-                .await
-                .map_err(|e| e.0)?;
-            if privacy::automatic(&state.config.pii) {
-                privacy::tokenize_answer(&state, &session, &mut body);
+        let span = bridge_span("search");
+        Box::pin(
+            async move {
+                let _in_flight = cem_metrics::metrics().bridge_request();
+                // search_tools itself, as the agent would call it (what it shows of
+                // skills is tokenized in automatic mode), but not through the
+                // dispatcher: the execution this runs in pulled the store already.
+                let args = cem_host::Args::new(arguments.as_object().cloned());
+                let mut body = crate::discovery::search(&state, args, &session)
+                    .await
+                    .map_err(|e| e.0)?;
+                if privacy::automatic(&state.config.pii) {
+                    privacy::tokenize_answer(&state, &session, &mut body);
+                }
+                Ok(body)
             }
-            Ok(body)
-        })
+            .instrument(span),
+        )
     }
 
     fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
-        Box::pin(async move {
-            let _in_flight = cem_metrics::metrics().bridge_request();
-            skill(&state, &arguments).await
-        })
+        let span = bridge_span("skill");
+        Box::pin(
+            async move {
+                let _in_flight = cem_metrics::metrics().bridge_request();
+                skill(&state, &arguments).await
+            }
+            .instrument(span),
+        )
     }
 
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
-        Box::pin(async move {
-            let server = arguments["server"].as_str().unwrap_or_default();
-            let written = state.catalog.ensure_wrappers(server).await?;
-            // The package the wrappers are in: `GitHub` finds the server
-            // `github`, whose module is `servers.github`.
-            let module = cem_catalog::python::alias(&written);
-            Ok(json!({"server": written, "module": module}))
-        })
+        let span = bridge_span("wrappers");
+        Box::pin(
+            async move {
+                let server = arguments["server"].as_str().unwrap_or_default();
+                let written = state.catalog.ensure_wrappers(server).await?;
+                // The package the wrappers are in: `GitHub` finds the server
+                // `github`, whose module is `servers.github`.
+                let module = cem_catalog::python::alias(&written);
+                Ok(json!({"server": written, "module": module}))
+            }
+            .instrument(span),
+        )
     }
 
     fn progress(&self, update: Value) {
@@ -133,12 +155,33 @@ impl Bridge for ToolBridge {
         // Detection is CPU work: off the async workers, within the
         // tenant's share of the host's threads.
         let automatic = privacy::automatic(&self.state.config.pii);
-        Box::pin(async move {
-            let _in_flight = cem_metrics::metrics().bridge_request();
-            host.run(move || pii(&session, &arguments, automatic))
-                .await?
-        })
+        let span = bridge_span("pii");
+        Box::pin(
+            async move {
+                let _in_flight = cem_metrics::metrics().bridge_request();
+                host.run(move || pii(&session, &arguments, automatic))
+                    .await?
+            }
+            .instrument(span),
+        )
     }
+}
+
+/// The span of one request from code, inside its execution's: `kind` is
+/// call, search, skill, wrappers or pii. A call's `tool` is recorded once
+/// it names a tool the server listed ([`call`]): until then it is the
+/// code's own string, which may hold anything the code holds.
+fn bridge_span(kind: &'static str) -> tracing::Span {
+    let span = tracing::info_span!(
+        "bridge",
+        kind,
+        tool = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    traces::name(&span, traces::Kind::Internal, || format!("bridge {kind}"));
+    span
 }
 
 /// save_skill / load_skill / list_skills from code. The code was parsed
@@ -317,10 +360,14 @@ async fn call(
     // unstarted.
     let wanted = alias(name);
     let pick = |t: &str| t == name || alias(t) == wanted;
+    let named = |found: String| {
+        tracing::Span::current().record("tool", format!("{server}.{found}"));
+        found
+    };
     let name = match manager.find_known_tool(&server, |t| t == name) {
-        Some(found) => found,
+        Some(found) => named(found),
         None => match manager.find_known_tool(&server, pick) {
-            Some(found) => found,
+            Some(found) => named(found),
             // The server's list when it can be had; without it the gate
             // refuses, as it cannot check the call.
             None => match manager.tools(&server, false).await {
@@ -330,7 +377,7 @@ async fn call(
                         .find(|t| t.name == name)
                         .or_else(|| tools.iter().find(|t| pick(&t.name)));
                     match found {
-                        Some(tool) => tool.name.to_string(),
+                        Some(tool) => named(tool.name.to_string()),
                         None => {
                             let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
                             let shown = cem_host::gate::capped(name);

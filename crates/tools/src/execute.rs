@@ -122,11 +122,30 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         started: std::time::Instant::now(),
     }));
     // Log lines of the execution carry its id, as its audit line does.
+    let span = tracing::info_span!(
+        "execution",
+        execution = %exec.id,
+        tool_calls = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    cem_metrics::traces::name(&span, cem_metrics::traces::Kind::Internal, || {
+        "execution".into()
+    });
     let outcome = state
         .engine
         .execute(request, Some(bridge))
-        .instrument(tracing::info_span!("execution", execution = %exec.id))
+        .instrument(span.clone())
         .await;
+    match &outcome {
+        Ok(answer) => {
+            span.record("tool_calls", answer.tool_calls);
+            if !answer.success {
+                cem_metrics::traces::failed(&span);
+            }
+        }
+        Err(_) => cem_metrics::traces::failed(&span),
+    }
+    drop(span);
     let written = crate::written::written_since(state, before).await;
     // The outcome is known and recorded now; a drop past this point (while
     // the slot is given back) loses at most that, which frees itself.

@@ -15,10 +15,12 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
 use crate::stdio::{self, ChildTransport};
+use cem_metrics::traces;
 use rmcp::{RoleClient, ServiceExt};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{Mutex, Notify};
+use tracing::Instrument as _;
 
 use crate::handler::Handler;
 use crate::sse::SseTransport;
@@ -131,7 +133,14 @@ impl Upstream {
             );
         }
         *conn = None;
-        let connect = tokio::time::timeout(self.connect_timeout, self.connect());
+        // The connection outlives the call that opened it, and so do the
+        // spans rmcp opens for it: under the call's span they would hold
+        // that span (and its trace) open until the connection closes. So
+        // they hang from a root of their own, which names the server in
+        // rmcp's log lines and is not exported (its target is not ours).
+        let connection = tracing::info_span!(target: "connection", parent: None, "upstream connection", server = %self.name());
+        let connect =
+            tokio::time::timeout(self.connect_timeout, self.connect().instrument(connection));
         let service = match connect.await {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
@@ -592,10 +601,26 @@ impl Manager {
         timeout: Option<Duration>,
         progress: Option<crate::handler::ProgressFn>,
     ) -> Result<CallToolResult, UpstreamError> {
-        match self
+        // A client span in traces: which server and tool, how it ended.
+        let span = tracing::info_span!(
+            "upstream call",
+            server,
+            tool,
+            otel.name = tracing::field::Empty,
+            otel.kind = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        traces::name(&span, traces::Kind::Client, || {
+            format!("upstream {server}.{tool}")
+        });
+        let answer = self
             .call_upstream(server, tool, arguments, timeout, progress)
-            .await
-        {
+            .instrument(span.clone())
+            .await;
+        if answer.as_ref().map_or(true, |r| r.is_error == Some(true)) {
+            traces::failed(&span);
+        }
+        match answer {
             Ok(mut result) => {
                 crate::redact::call_result(&self.secrets, &mut result);
                 Ok(result)
