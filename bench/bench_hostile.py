@@ -227,6 +227,8 @@ def main() -> None:
     # with a short idle time, after the idle tenants gave their sandboxes and upstream processes back.
     parser.add_argument("--idle-seconds", type=int, default=600)
     parser.add_argument("--after-seconds", type=float, default=30)
+    # sandbox.tenant_cpu_percent for the run (the server's default when not given).
+    parser.add_argument("--tenant-cpu-percent", type=int)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cem-soak-"))
     data = tmp / "data"
@@ -235,7 +237,8 @@ def main() -> None:
     config.write_text(json.dumps({
         "mcpServers": {"fault": {"command": str(SDK1), "args": [str(FAULT)]}},
         "auth": {"tokens": {n: token(n) for n in ORDINARY + HOSTILE}},
-        "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256, "tenant_idle_seconds": args.idle_seconds},
+        "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256, "tenant_idle_seconds": args.idle_seconds,
+                    **({"tenant_cpu_percent": args.tenant_cpu_percent} if args.tenant_cpu_percent else {})},
         "quotas": {"concurrent_executions": 2},
     }))
     log = tmp / "server.log"

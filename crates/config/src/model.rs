@@ -287,7 +287,7 @@ impl Default for SandboxConfig {
             max_tool_calls: 1000,
             max_host_requests: 1000,
             tenant_idle_seconds: 600,
-            tenant_cpu_percent: 37,
+            tenant_cpu_percent: 25,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: None,
             zygote: true,
