@@ -55,13 +55,14 @@ def phoenix(tmp_path: Path):
         proc.kill()
 
 
-def serve_traced(tmp_path: Path, phoenix: str, delay_ms: int):
+def serve_traced(tmp_path: Path, phoenix: str, delay_ms: int, log_level: str = "info"):
     data = tmp_path / f"data-{delay_ms}"
     data.mkdir()
     config = tmp_path / "mcp_config.json"
     config.write_text(json.dumps({"mcpServers": {"everything": {"command": "node", "args": [EVERYTHING, "stdio"]}}}))
     # The batch processor's delay, a standard OTel variable the SDK reads.
-    return start_http(data, "--otlp-endpoint", phoenix, config=config, env={"OTEL_BSP_SCHEDULE_DELAY": str(delay_ms)})
+    return start_http(data, "--otlp-endpoint", phoenix, "--log-level", log_level, config=config,
+                      env={"OTEL_BSP_SCHEDULE_DELAY": str(delay_ms)})
 
 
 def call(url: str, code: str, traceparent: str | None = None) -> dict:
@@ -103,10 +104,12 @@ def flat(attributes: dict, prefix: str = "") -> dict:
     return out
 
 
-def test_a_tool_call_is_traced_from_the_callers_trace_to_the_upstream(tmp_path: Path, phoenix: str):
-    server = serve_traced(tmp_path, phoenix, delay_ms=100)
+# At warn, the log filter turns the server's spans off for logs: traces must not depend on it.
+@pytest.mark.parametrize("log_level", ["info", "warn"])
+def test_a_tool_call_is_traced_from_the_callers_trace_to_the_upstream(tmp_path: Path, phoenix: str, log_level: str):
+    server = serve_traced(tmp_path, phoenix, delay_ms=100, log_level=log_level)
     trace_id, parent_id = secrets.token_hex(16), secrets.token_hex(8)
-    unsampled = secrets.token_hex(16)
+    unsampled, last = secrets.token_hex(16), secrets.token_hex(16)
     try:
         code = (f"a = call_tool('everything.echo', {{'message': '{MARKER}'}})\n"
                 f"b = call_tool('everything.echo', {{'message': '{MARKER}'}})\n"
@@ -117,10 +120,14 @@ def test_a_tool_call_is_traced_from_the_callers_trace_to_the_upstream(tmp_path: 
         assert not failed["success"], failed
         # A caller that does not sample its trace: the server follows it (parent-based sampling).
         assert call(server.url, "result = 1", f"00-{unsampled}-{secrets.token_hex(8)}-00")["success"]
+        # One more, sampled: once its span is in, the unsampled call's would be too.
+        assert call(server.url, "result = 3", f"00-{last}-{secrets.token_hex(8)}-01")["success"]
 
         def complete(got: list[dict]) -> bool:
-            names = [s["name"] for s in got]
-            return names.count("upstream everything.echo") >= 2 and names.count("tools/call execute_code") >= 2
+            names = [s["name"] for s in got if s["context"]["trace_id"] == trace_id]
+            return (names.count("upstream everything.echo") == 2 and "tools/call execute_code" in names
+                    and any(s["context"]["trace_id"] == last and s["name"] == "tools/call execute_code" for s in got)
+                    and any(s["status_code"] == "ERROR" and s["name"] == "tools/call execute_code" for s in got))
         got = wait_for(phoenix, complete)
     finally:
         server.stop()
@@ -149,7 +156,7 @@ def test_a_tool_call_is_traced_from_the_callers_trace_to_the_upstream(tmp_path: 
         assert upstream["start_time"] >= execution["start_time"] and upstream["end_time"] <= execution["end_time"]
 
     # A call with no traceparent starts its own trace; its failed execution says so.
-    others = [s for s in got if s["context"]["trace_id"] not in (trace_id, unsampled)]
+    others = [s for s in got if s["context"]["trace_id"] not in (trace_id, unsampled, last)]
     failed_exec = [s for s in others if s["name"] == "execution"]
     assert [s["status_code"] for s in failed_exec] == ["ERROR"], failed_exec
     root = by_id[failed_exec[0]["parent_id"]]

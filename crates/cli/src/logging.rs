@@ -56,13 +56,23 @@ pub fn init(
     };
     // Only the server's own spans: no events (their messages may quote
     // what the log writer scrubs), nothing of the HTTP client that sends
-    // the spans (which would trace its own exports).
+    // the spans (which would trace its own exports). The upstream
+    // connection's root span is one of them at any log level: rmcp hangs
+    // its connection's task from whatever span is current, and without it
+    // that is the call that opened the connection, held open (and its
+    // trace unsent) for as long as the connection lives.
     let spans = tracer.map(|tracer| {
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            .with_filter(filter_fn(|meta| {
-                meta.is_span() && meta.target().starts_with("cem_")
-            }))
+            .with_filter(
+                filter_fn(|meta| {
+                    meta.is_span()
+                        && (meta.target().starts_with("cem_") || meta.target() == "connection")
+                })
+                // The server's spans are at info: nothing below it is
+                // asked for on their account.
+                .with_max_level_hint(tracing_subscriber::filter::LevelFilter::INFO),
+            )
     });
     tracing_subscriber::registry()
         .with(lines.with_filter(filter))

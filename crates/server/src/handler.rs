@@ -409,7 +409,7 @@ impl ServerHandler for McpHandler {
         );
         traces::name(&span, traces::Kind::Server, || format!("tools/call {name}"));
         crate::trace_context::continue_trace(&span, &context);
-        let traced = span.clone();
+        let (traced, cancelled_span) = (span.clone(), span.clone());
         let run = async move {
             let answer = self.run_tool(request, context).await;
             if failed(&answer) {
@@ -420,6 +420,7 @@ impl ServerHandler for McpHandler {
         tokio::select! {
             answer = run.instrument(span) => answer,
             () = cancelled.cancelled() => {
+                traces::failed(&cancelled_span);
                 tracing::info!(session = self.session, tool = %name, "cancelled by the client");
                 Err(ErrorData::internal_error("cancelled by the client", None))
             }
@@ -444,6 +445,7 @@ impl McpHandler {
             "the call runs as a task, where this server cannot ask a person; run it without a task to be asked".into();
         session.progress = None;
         let (handler, state_for_task) = (self.clone(), state.clone());
+        let traced = crate::trace_context::detached("execute_code task");
         let task = state.tasks.spawn(
             TaskOptions::new().with_ttl_ms(task_ttl_ms(state)),
             move |context| {
@@ -457,7 +459,7 @@ impl McpHandler {
                         // Dropping the execution kills its interpreter.
                         () = context.cancelled() => Err(TaskExit::Cancelled),
                     }
-                })
+                }.instrument(traced))
             },
         );
         if let Some(cluster) = &state.cluster
@@ -522,9 +524,14 @@ impl McpHandler {
                     // question): its progress token ends with the request.
                     session.progress = None;
                     let task_state = state.clone();
-                    let task = tokio::spawn(async move {
-                        tools::call(&task_state, "execute_code", args, &session).await
-                    });
+                    let traced = crate::trace_context::detached("execute_code");
+                    let task =
+                        tokio::spawn(
+                            async move {
+                                tools::call(&task_state, "execute_code", args, &session).await
+                            }
+                            .instrument(traced),
+                        );
                     let paused = Paused {
                         owner: key,
                         task,

@@ -23,6 +23,27 @@ pub(crate) fn continue_trace(span: &tracing::Span, context: &RequestContext<Role
     let _ = span.set_parent(parent);
 }
 
+/// A span for work that outlives the request that started it (an
+/// execution run as a task, or one that may pause for an approval): a root
+/// for tracing, so it does not hold the request's span open until the work
+/// ends, whose parent in traces is the current (request's) span, so the
+/// execution stays in the caller's trace. Spans made inside it (the
+/// execution's, on the tenant's workers) hang from it.
+pub(crate) fn detached(work: &'static str) -> tracing::Span {
+    let span = tracing::info_span!(
+        parent: None,
+        "detached",
+        work,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    cem_metrics::traces::name(&span, cem_metrics::traces::Kind::Internal, || {
+        work.to_string()
+    });
+    let _ = span.set_parent(tracing::Span::current().context());
+    span
+}
+
 struct Headers<'a>(&'a HeaderMap);
 
 impl Extractor for Headers<'_> {

@@ -53,33 +53,26 @@ impl Bridge for ToolBridge {
         let session = self.session.clone();
         let exec = self.exec.clone();
         let span = bridge_span("call");
-        Box::pin(
-            async move {
-                // Nothing of the config's credentials reaches the code: the
-                // manager removed them from the tool's answer and its errors;
-                // an error may also quote the gate's words, so those are looked
-                // at again here.
-                let secrets = &state.config.secrets;
-                let _in_flight = cem_metrics::metrics().bridge_request();
-                let answer = match call(&state, &session, &exec, &tool, arguments).await {
-                    Ok(value) => Ok(value),
-                    Err(mut e) => {
-                        e.message = secrets.redact_credentials(&e.message).into_owned();
-                        Err(e)
-                    }
-                };
-                let answer = if privacy::automatic(&state.config.pii) {
-                    for_code(&state, &session, &exec, answer).await
-                } else {
-                    answer
-                };
-                if answer.is_err() {
-                    traces::failed(&tracing::Span::current());
+        traced(span, async move {
+            // Nothing of the config's credentials reaches the code: the
+            // manager removed them from the tool's answer and its errors;
+            // an error may also quote the gate's words, so those are looked
+            // at again here.
+            let secrets = &state.config.secrets;
+            let _in_flight = cem_metrics::metrics().bridge_request();
+            let answer = match call(&state, &session, &exec, &tool, arguments).await {
+                Ok(value) => Ok(value),
+                Err(mut e) => {
+                    e.message = secrets.redact_credentials(&e.message).into_owned();
+                    Err(e)
                 }
+            };
+            if privacy::automatic(&state.config.pii) {
+                for_code(&state, &session, &exec, answer).await
+            } else {
                 answer
             }
-            .instrument(span),
-        )
+        })
     }
 
     fn asking(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
@@ -90,51 +83,42 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         let span = bridge_span("search");
-        Box::pin(
-            async move {
-                let _in_flight = cem_metrics::metrics().bridge_request();
-                // search_tools itself, as the agent would call it (what it shows of
-                // skills is tokenized in automatic mode), but not through the
-                // dispatcher: the execution this runs in pulled the store already.
-                let args = cem_host::Args::new(arguments.as_object().cloned());
-                let mut body = crate::discovery::search(&state, args, &session)
-                    .await
-                    .map_err(|e| e.0)?;
-                if privacy::automatic(&state.config.pii) {
-                    privacy::tokenize_answer(&state, &session, &mut body);
-                }
-                Ok(body)
+        traced(span, async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
+            // search_tools itself, as the agent would call it (what it shows of
+            // skills is tokenized in automatic mode), but not through the
+            // dispatcher: the execution this runs in pulled the store already.
+            let args = cem_host::Args::new(arguments.as_object().cloned());
+            let mut body = crate::discovery::search(&state, args, &session)
+                .await
+                .map_err(|e| e.0)?;
+            if privacy::automatic(&state.config.pii) {
+                privacy::tokenize_answer(&state, &session, &mut body);
             }
-            .instrument(span),
-        )
+            Ok(body)
+        })
     }
 
     fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
         let span = bridge_span("skill");
-        Box::pin(
-            async move {
-                let _in_flight = cem_metrics::metrics().bridge_request();
-                skill(&state, &arguments).await
-            }
-            .instrument(span),
-        )
+        traced(span, async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
+            skill(&state, &arguments).await
+        })
     }
 
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
         let span = bridge_span("wrappers");
-        Box::pin(
-            async move {
-                let server = arguments["server"].as_str().unwrap_or_default();
-                let written = state.catalog.ensure_wrappers(server).await?;
-                // The package the wrappers are in: `GitHub` finds the server
-                // `github`, whose module is `servers.github`.
-                let module = cem_catalog::python::alias(&written);
-                Ok(json!({"server": written, "module": module}))
-            }
-            .instrument(span),
-        )
+        traced(span, async move {
+            let server = arguments["server"].as_str().unwrap_or_default();
+            let written = state.catalog.ensure_wrappers(server).await?;
+            // The package the wrappers are in: `GitHub` finds the server
+            // `github`, whose module is `servers.github`.
+            let module = cem_catalog::python::alias(&written);
+            Ok(json!({"server": written, "module": module}))
+        })
     }
 
     fn progress(&self, update: Value) {
@@ -156,15 +140,30 @@ impl Bridge for ToolBridge {
         // tenant's share of the host's threads.
         let automatic = privacy::automatic(&self.state.config.pii);
         let span = bridge_span("pii");
-        Box::pin(
-            async move {
-                let _in_flight = cem_metrics::metrics().bridge_request();
-                host.run(move || pii(&session, &arguments, automatic))
-                    .await?
-            }
-            .instrument(span),
-        )
+        traced(span, async move {
+            let _in_flight = cem_metrics::metrics().bridge_request();
+            host.run(move || pii(&session, &arguments, automatic))
+                .await?
+        })
     }
+}
+
+/// `work` as a bridge future in `span`, which is marked failed (for
+/// traces) when the work fails.
+fn traced<T: Send + 'static, E: Send + 'static>(
+    span: tracing::Span,
+    work: impl std::future::Future<Output = Result<T, E>> + Send + 'static,
+) -> BoxFuture<Result<T, E>> {
+    Box::pin(
+        async move {
+            let answer = work.await;
+            if answer.is_err() {
+                traces::failed(&tracing::Span::current());
+            }
+            answer
+        }
+        .instrument(span),
+    )
 }
 
 /// The span of one request from code, inside its execution's: `kind` is

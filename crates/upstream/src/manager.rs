@@ -137,7 +137,8 @@ impl Upstream {
         // spans rmcp opens for it: under the call's span they would hold
         // that span (and its trace) open until the connection closes. So
         // they hang from a root of their own, which names the server in
-        // rmcp's log lines and is not exported (its target is not ours).
+        // rmcp's log lines (exported, it is a trace of its own, as long as
+        // the connection).
         let connection = tracing::info_span!(target: "connection", parent: None, "upstream connection", server = %self.name());
         let connect =
             tokio::time::timeout(self.connect_timeout, self.connect().instrument(connection));
