@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from conftest import run_cli
@@ -78,6 +79,17 @@ def test_doctor_reports_python_and_data_dir(tmp_path: Path, data_dir: Path):
     # The probe starts a real sandboxed interpreter; on this host every layer is on.
     for layer in ["namespaces", "unprivileged uid", "minimal root", "network off", "landlock", "seccomp", "no_new_privs"]:
         assert by_name[layer]["status"] == "ok", (layer, by_name[layer])
+
+
+def test_doctor_says_how_tenants_share_the_cpu(tmp_path: Path, data_dir: Path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"sandbox": {"tenant_cpu_percent": 40}}))
+    out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
+    cpu = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["cpu"]
+    # This host has the cgroup v1 cpu controller: each tenant's group and its limit.
+    assert cpu["status"] == "ok", cpu
+    assert f"at most 40% of this host's {os.cpu_count()} cores" in cpu["detail"], cpu
+    assert "sandbox.tenant_cpu_percent" in cpu["detail"], cpu
 
 
 def test_doctor_fails_on_a_broken_python(tmp_path: Path, data_dir: Path):

@@ -82,6 +82,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         checks.push(policy_check(cli, config));
         checks.push(search_check(config));
         checks.push(auth_check(config));
+        checks.push(tenants_cpu_check(config));
         if let Some(url) = &config.store.url {
             checks.push(store_check(url.expose()));
         }
@@ -667,4 +668,39 @@ fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
         });
     }
     checks
+}
+
+/// How tenants share the host's CPU: their own cpu groups (equal weight)
+/// and the bandwidth limit of `sandbox.tenant_cpu_percent`, or why there
+/// are none. Only a warning where there are tenants to keep apart.
+fn tenants_cpu_check(config: &cem_config::Config) -> Check {
+    let percent = config.sandbox.tenant_cpu_percent;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let many = !config.auth.tokens.is_empty() || config.auth.oauth.is_some();
+    let (status, detail) = match cem_sandbox::CpuPriority::get() {
+        Ok(_) if percent >= 100 => (
+            Status::Ok,
+            "each tenant has its own cpu group of equal weight, with no limit (sandbox.tenant_cpu_percent is 100)"
+                .to_string(),
+        ),
+        Ok(_) => (
+            Status::Ok,
+            format!(
+                "each tenant has its own cpu group of equal weight; one other than the local user may use at most \
+                 {percent}% of this host's {cores} cores (sandbox.tenant_cpu_percent)"
+            ),
+        ),
+        Err(why) => (
+            if many { Status::Warn } else { Status::Ok },
+            format!(
+                "tenants are neither weighted nor limited on the CPU ({why}): one tenant's busy code can slow \
+                 the others"
+            ),
+        ),
+    };
+    Check {
+        name: "cpu",
+        status,
+        detail,
+    }
 }
