@@ -407,7 +407,8 @@ impl ServerHandler for McpHandler {
             otel.kind = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        traces::name(&span, traces::Kind::Server, || format!("tools/call {name}"));
+        traces::name(&span, || format!("tools/call {name}"));
+        traces::kind(&span, traces::Kind::Server);
         crate::trace_context::continue_trace(&span, &context);
         let (traced, cancelled_span) = (span.clone(), span.clone());
         let run = async move {

@@ -35,11 +35,8 @@ pub(crate) fn detached(work: &'static str) -> tracing::Span {
         "detached",
         work,
         otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
     );
-    cem_metrics::traces::name(&span, cem_metrics::traces::Kind::Internal, || {
-        work.to_string()
-    });
+    cem_metrics::traces::name(&span, || work.to_string());
     let _ = span.set_parent(tracing::Span::current().context());
     span
 }

@@ -52,8 +52,7 @@ impl Bridge for ToolBridge {
         let state = self.state.clone();
         let session = self.session.clone();
         let exec = self.exec.clone();
-        let span = bridge_span("call");
-        traced(span, async move {
+        traced("call", async move {
             // Nothing of the config's credentials reaches the code: the
             // manager removed them from the tool's answer and its errors;
             // an error may also quote the gate's words, so those are looked
@@ -82,8 +81,7 @@ impl Bridge for ToolBridge {
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
         let session = self.session.clone();
-        let span = bridge_span("search");
-        traced(span, async move {
+        traced("search", async move {
             let _in_flight = cem_metrics::metrics().bridge_request();
             // search_tools itself, as the agent would call it (what it shows of
             // skills is tokenized in automatic mode), but not through the
@@ -101,8 +99,7 @@ impl Bridge for ToolBridge {
 
     fn skill(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
-        let span = bridge_span("skill");
-        traced(span, async move {
+        traced("skill", async move {
             let _in_flight = cem_metrics::metrics().bridge_request();
             skill(&state, &arguments).await
         })
@@ -110,8 +107,7 @@ impl Bridge for ToolBridge {
 
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
-        let span = bridge_span("wrappers");
-        traced(span, async move {
+        traced("wrappers", async move {
             let server = arguments["server"].as_str().unwrap_or_default();
             let written = state.catalog.ensure_wrappers(server).await?;
             // The package the wrappers are in: `GitHub` finds the server
@@ -139,8 +135,7 @@ impl Bridge for ToolBridge {
         // Detection is CPU work: off the async workers, within the
         // tenant's share of the host's threads.
         let automatic = privacy::automatic(&self.state.config.pii);
-        let span = bridge_span("pii");
-        traced(span, async move {
+        traced("pii", async move {
             let _in_flight = cem_metrics::metrics().bridge_request();
             host.run(move || pii(&session, &arguments, automatic))
                 .await?
@@ -148,10 +143,10 @@ impl Bridge for ToolBridge {
     }
 }
 
-/// `work` as a bridge future in `span`, which is marked failed (for
-/// traces) when the work fails.
+/// `work`, a request of `kind` from code, as a bridge future in its span,
+/// which is marked failed (for traces) when the work fails.
 fn traced<T: Send + 'static, E: Send + 'static>(
-    span: tracing::Span,
+    kind: &'static str,
     work: impl std::future::Future<Output = Result<T, E>> + Send + 'static,
 ) -> BoxFuture<Result<T, E>> {
     Box::pin(
@@ -162,7 +157,7 @@ fn traced<T: Send + 'static, E: Send + 'static>(
             }
             answer
         }
-        .instrument(span),
+        .instrument(bridge_span(kind)),
     )
 }
 
@@ -176,10 +171,9 @@ fn bridge_span(kind: &'static str) -> tracing::Span {
         kind,
         tool = tracing::field::Empty,
         otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    traces::name(&span, traces::Kind::Internal, || format!("bridge {kind}"));
+    traces::name(&span, || format!("bridge {kind}"));
     span
 }
 

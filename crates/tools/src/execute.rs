@@ -126,13 +126,8 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         "execution",
         execution = %exec.id,
         tool_calls = tracing::field::Empty,
-        otel.name = tracing::field::Empty,
-        otel.kind = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
     );
-    cem_metrics::traces::name(&span, cem_metrics::traces::Kind::Internal, || {
-        "execution".into()
-    });
     let outcome = state
         .engine
         .execute(request, Some(bridge))

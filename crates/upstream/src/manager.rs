@@ -611,9 +611,8 @@ impl Manager {
             otel.kind = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        traces::name(&span, traces::Kind::Client, || {
-            format!("upstream {server}.{tool}")
-        });
+        traces::name(&span, || format!("upstream {server}.{tool}"));
+        traces::kind(&span, traces::Kind::Client);
         let answer = self
             .call_upstream(server, tool, arguments, timeout, progress)
             .instrument(span.clone())
