@@ -341,7 +341,11 @@ async def test_a_workspaces_writes_are_paced_on_its_own_device(data_dir: Path, t
         bdi = Path(f"/sys/class/bdi/{os.major(rdev)}:{os.minor(rdev)}")
         assert (bdi / "strict_limit").read_text().strip() == "1"
         if (bdi / "max_bytes").exists():
-            assert int((bdi / "max_bytes").read_text()) <= 4 * MB
+            # The kernel keeps the limit as a share (in millionths) of the host's dirty threshold, which moves
+            # with free memory, and reads it back through the threshold of the moment: the 4 MB written comes
+            # back moved by however much free memory has moved since. Left unset it would be the whole
+            # threshold, hundreds of megabytes or more.
+            assert 2 * MB < int((bdi / "max_bytes").read_text()) < 8 * MB
         listed = subprocess.run(["losetup", "--noheadings", "--output", "DIO", device],
                                 capture_output=True, text=True, check=True)
         assert listed.stdout.strip() == "1", listed
