@@ -189,6 +189,10 @@ pub struct SandboxConfig {
     /// other than the local one may use, its sandboxes and the host's work
     /// for it together (a cgroup bandwidth limit; 100: none).
     pub tenant_cpu_percent: u32,
+    /// The fastest one tenant other than the local one may write to its
+    /// workspace's own file system, in MB a second (a block-I/O throttle on
+    /// its loop device; 0: none).
+    pub tenant_disk_mb_per_second: u64,
     /// Executions allowed to run at once (others wait their turn).
     pub max_concurrent: u32,
     /// Pre-started interpreters kept warm. Unset: [`POOL_FORKED`] when
@@ -288,6 +292,7 @@ impl Default for SandboxConfig {
             max_host_requests: 1000,
             tenant_idle_seconds: 600,
             tenant_cpu_percent: 25,
+            tenant_disk_mb_per_second: 32,
             python: PathBuf::from("/usr/bin/python3"),
             pool_size: None,
             zygote: true,

@@ -474,6 +474,11 @@ impl Cx<'_> {
                         .and_then(|n| u32::try_from(n).ok())
                         .unwrap_or(s.tenant_cpu_percent)
                 }
+                "tenant_disk_mb_per_second" => {
+                    s.tenant_disk_mb_per_second = self
+                        .positive(&key, v, 0, 1_000_000, "MB a second")
+                        .unwrap_or(s.tenant_disk_mb_per_second)
+                }
                 "max_host_requests" => {
                     s.max_host_requests = self
                         .positive(&key, v, 1, 1_000_000, "requests")
@@ -1235,6 +1240,7 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_host_requests",
     "tenant_idle_seconds",
     "tenant_cpu_percent",
+    "tenant_disk_mb_per_second",
     "python",
     "pool_size",
     "zygote",

@@ -332,6 +332,19 @@ fn policy_mistakes_name_the_key() {
 }
 
 #[test]
+fn a_tenants_disk_write_rate_is_read_and_checked() -> Result<(), ConfigError> {
+    assert_eq!(parse("{}")?.config.sandbox.tenant_disk_mb_per_second, 32);
+    let off = parse(r#"{"sandbox": {"tenant_disk_mb_per_second": 0}}"#)?;
+    assert_eq!(off.config.sandbox.tenant_disk_mb_per_second, 0);
+    let e = error(r#"{"sandbox": {"tenant_disk_mb_per_second": "fast"}}"#);
+    assert!(
+        e.contains("sandbox.tenant_disk_mb_per_second") && e.contains("MB a second"),
+        "{e}"
+    );
+    Ok(())
+}
+
+#[test]
 fn the_metrics_section_names_its_listener() -> Result<(), ConfigError> {
     assert_eq!(parse("{}")?.config.metrics.listen, None);
     let on = parse(r#"{"metrics": {"listen": "127.0.0.1:9464"}}"#)?;

@@ -23,12 +23,15 @@ pub type Held = (Option<Arc<WorkspaceDisk>>, Option<String>);
 
 /// Puts the workspace at `workspace` (of the tenant whose data is under
 /// `root`) on its own file system when the config and host allow and the
-/// state `runs_code`.
+/// state `runs_code`. Its writes are held to
+/// `sandbox.tenant_disk_mb_per_second` unless the tenant is `local` (the
+/// one person of a stdio server, whose host it is).
 pub fn open(
     config: &Config,
     root: &Path,
     workspace: &Path,
     runs_code: bool,
+    local: bool,
 ) -> Result<Held, String> {
     let mode = config.sandbox.disk_quota_mode;
     let image = root.join("workspace.img");
@@ -68,6 +71,14 @@ pub fn open(
         // Between executions: room for an execution's worth, and for any
         // one file the tools may write.
         (config.sandbox.disk_quota_mb << 20).max(config.workspace.max_file_bytes),
+        if local {
+            0
+        } else {
+            config
+                .sandbox
+                .tenant_disk_mb_per_second
+                .saturating_mul(1 << 20)
+        },
     );
     match attached {
         Ok(disk) => Ok((Some(Arc::new(disk)), None)),

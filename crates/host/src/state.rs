@@ -326,9 +326,14 @@ impl AppState {
         } = shared;
         // The workspace's own file system (when the kernel holds the disk
         // quota) is mounted before anything opens the workspace.
-        let (disk, disk_watchdog_reason) =
-            crate::disk_quota::open(&config, root, &root.join("workspace"), runs_code)
-                .map_err(StateError::Tenant)?;
+        let (disk, disk_watchdog_reason) = crate::disk_quota::open(
+            &config,
+            root,
+            &root.join("workspace"),
+            runs_code,
+            tenant == cem_auth::LOCAL_TENANT,
+        )
+        .map_err(StateError::Tenant)?;
         let workspace = Arc::new(Workspace::open_owned(
             &root.join("workspace"),
             config.workspace.max_file_bytes,

@@ -31,6 +31,7 @@
 mod cgroup;
 mod cgroup_latency;
 mod cpu_priority;
+mod disk_throttle;
 mod interp;
 mod landlock_rules;
 mod launcher;

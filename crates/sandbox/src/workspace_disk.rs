@@ -57,7 +57,7 @@ pub enum DiskError {
 }
 
 impl DiskError {
-    fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         DiskError::Io {
             what: what.into(),
             source,
@@ -101,7 +101,9 @@ impl WorkspaceDisk {
     /// Puts `workspace` on an image at `image` of at least `size` bytes of
     /// room for files, mounted at `fs_dir`, its files owned by `owner`.
     /// What is already in `workspace` is moved onto the image first.
-    /// `rest_floor` is the free space kept between executions.
+    /// `rest_floor` is the free space kept between executions;
+    /// `write_rate` the most bytes a second written to the image (0: no
+    /// limit).
     pub fn attach(
         image: &Path,
         fs_dir: &Path,
@@ -109,6 +111,7 @@ impl WorkspaceDisk {
         size: u64,
         owner: Option<(u32, u32)>,
         rest_floor: u64,
+        write_rate: u64,
     ) -> Result<Self, DiskError> {
         let uid = nix::unistd::geteuid();
         if !uid.is_root() {
@@ -165,8 +168,18 @@ impl WorkspaceDisk {
             }
             true
         };
-        if let Err(e) = pace_writes(fs_dir) {
-            tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
+        match device_of(fs_dir) {
+            Ok((device, bdi)) => {
+                if let Err(e) = pace_writes(&device, &bdi) {
+                    tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
+                }
+                if let Err(e) = crate::disk_throttle::limit_writes(bdi.0, bdi.1, write_rate) {
+                    warn_unlimited(&e);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
+            }
         }
         let files = fs_dir.join("files");
         let reserve_path = fs_dir.join("reserve");
@@ -386,23 +399,8 @@ pub const DIRTY_LIMIT: u64 = 4 << 20;
 /// device bound that: its writeback limit ([`DIRTY_LIMIT`], strict, so a
 /// writer past it waits for its own pages, not everyone's), and direct I/O
 /// to the image file (no second copy in the host's page cache).
-fn pace_writes(fs_dir: &Path) -> Result<(), DiskError> {
-    use std::os::unix::fs::FileTypeExt;
-    let device = loop_device(fs_dir)?;
-    let meta = std::fs::metadata(&device)
-        .map_err(|e| DiskError::io(format!("cannot stat {}", device.display()), e))?;
-    if !meta.file_type().is_block_device() {
-        return Err(DiskError::Command(format!(
-            "{} is not a block device",
-            device.display()
-        )));
-    }
-    let rdev = meta.rdev();
-    let bdi = PathBuf::from(format!(
-        "/sys/class/bdi/{}:{}",
-        nix::sys::stat::major(rdev),
-        nix::sys::stat::minor(rdev)
-    ));
+fn pace_writes(device: &Path, (major, minor): &(u64, u64)) -> Result<(), DiskError> {
+    let bdi = PathBuf::from(format!("/sys/class/bdi/{major}:{minor}"));
     let set = |name: &str, value: String| {
         std::fs::write(bdi.join(name), value)
             .map_err(|e| DiskError::io(format!("cannot set {}/{name}", bdi.display()), e))
@@ -414,7 +412,33 @@ fn pace_writes(fs_dir: &Path) -> Result<(), DiskError> {
         set("max_ratio", "1".into())?;
     }
     set("strict_limit", "1".into())?;
-    run(Command::new("losetup").arg("--direct-io=on").arg(&device))
+    run(Command::new("losetup").arg("--direct-io=on").arg(device))
+}
+
+/// The loop device mounted at `fs_dir` and its device numbers.
+fn device_of(fs_dir: &Path) -> Result<(PathBuf, (u64, u64)), DiskError> {
+    use std::os::unix::fs::FileTypeExt;
+    let device = loop_device(fs_dir)?;
+    let meta = std::fs::metadata(&device)
+        .map_err(|e| DiskError::io(format!("cannot stat {}", device.display()), e))?;
+    if !meta.file_type().is_block_device() {
+        return Err(DiskError::Command(format!(
+            "{} is not a block device",
+            device.display()
+        )));
+    }
+    let rdev = meta.rdev();
+    let numbers = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    Ok((device, numbers))
+}
+
+/// Says once per server that workspace writes are not rate-limited: every
+/// tenant's image misses the limit for the same reason.
+fn warn_unlimited(e: &DiskError) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(error = %e, "tenants' workspace writes are not rate-limited (sandbox.tenant_disk_mb_per_second): a tenant filling its disk can slow every tenant's writes");
+    });
 }
 
 fn loop_device(dir: &Path) -> Result<PathBuf, DiskError> {
