@@ -199,9 +199,19 @@ LOCK = threading.Lock()
 
 
 def unmount_under(path: Path) -> None:
-    """Undoes the workspace mounts a server run as root leaves (they outlive it on purpose)."""
+    """Undoes the workspace mounts a server run as root leaves (they outlive it on purpose), and the write-rate
+    rules of their loop devices (which would hold whatever uses those devices next)."""
     with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
+        table = [line.split() for line in f]
+    points = [fields[4] for fields in table]
+    rules = Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device")
+    for fields in table:
+        if fields[4].startswith(str(path)) and fields[4].endswith(".workspace-fs") and rules.exists():
+            device = fields[2]  # major:minor of the mounted device
+            try:
+                rules.write_text(f"{device} 0")
+            except OSError:
+                pass
     for point in sorted((p for p in points if p.startswith(str(path))), key=len, reverse=True):
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
