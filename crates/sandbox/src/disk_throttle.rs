@@ -71,10 +71,13 @@ fn find_blkio_root(mountinfo: &str) -> Result<PathBuf, String> {
     })
 }
 
-/// Limits writes to the block device `major:minor` to `bytes_per_second`
-/// (0: removes the limit). Rules outlive the server, like the mounts they
-/// belong to; a reboot undoes both.
-pub(crate) fn limit_writes(major: u64, minor: u64, bytes_per_second: u64) -> Result<(), DiskError> {
+/// Limits writes to the block device `(major, minor)` to
+/// `bytes_per_second` (0: removes the limit). Rules outlive the server,
+/// like the mounts they belong to; a reboot undoes both.
+pub(crate) fn limit_writes(
+    (major, minor): (u64, u64),
+    bytes_per_second: u64,
+) -> Result<(), DiskError> {
     let root = match blkio_root() {
         Ok(root) => root,
         // Nothing asked, nothing missing.

@@ -169,11 +169,11 @@ impl WorkspaceDisk {
             true
         };
         match device_of(fs_dir) {
-            Ok((device, bdi)) => {
-                if let Err(e) = pace_writes(&device, &bdi) {
+            Ok((device, numbers)) => {
+                if let Err(e) = pace_writes(&device, numbers) {
                     tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
                 }
-                if let Err(e) = crate::disk_throttle::limit_writes(bdi.0, bdi.1, write_rate) {
+                if let Err(e) = crate::disk_throttle::limit_writes(numbers, write_rate) {
                     warn_unlimited(&e);
                 }
             }
@@ -399,7 +399,7 @@ pub const DIRTY_LIMIT: u64 = 4 << 20;
 /// device bound that: its writeback limit ([`DIRTY_LIMIT`], strict, so a
 /// writer past it waits for its own pages, not everyone's), and direct I/O
 /// to the image file (no second copy in the host's page cache).
-fn pace_writes(device: &Path, (major, minor): &(u64, u64)) -> Result<(), DiskError> {
+fn pace_writes(device: &Path, (major, minor): (u64, u64)) -> Result<(), DiskError> {
     let bdi = PathBuf::from(format!("/sys/class/bdi/{major}:{minor}"));
     let set = |name: &str, value: String| {
         std::fs::write(bdi.join(name), value)
