@@ -10,31 +10,70 @@
 //! files), the others' p99 went from 20 to 112 ms; with the device held to
 //! 32 MB/s, 30 ms.
 //!
-//! The limit is a cgroup v1 `blkio` throttle rule set in the hierarchy's
-//! root group for the device. A rule there holds every write to the
-//! device, including the kernel's own writeback threads (which run in no
-//! tenant's group), and each loop device is one tenant's, so a rule per
-//! device is a limit per tenant. A cgroup v2 host has no such rule at its
-//! root (`io.max` is for child groups, and holds writeback only with the
-//! memory controller beside it): there the limit is not set, and the
-//! caller says so.
+//! The limit is a cgroup v1 `blkio` throttle rule for the device, set in
+//! two groups, because on v1 a group's rule holds only the writes issued
+//! by that group's own tasks: in the hierarchy's root group, for the
+//! kernel's writeback threads (which run in no tenant's group), and in the
+//! server's own group, for the writes its sandboxes (which never leave it
+//! in this hierarchy) and its tools issue themselves (`fsync`, direct
+//! I/O). Where the server runs in the root group the two are one. Each
+//! loop device is one tenant's, so a rule per device is a limit per
+//! tenant; where the groups differ, a tenant may reach the rate in each,
+//! twice it at most. A cgroup v2 host has no such rule at its root
+//! (`io.max` is for child groups, and holds writeback only with the memory
+//! controller beside it): there the limit is not set, and the caller says
+//! so.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::workspace_disk::DiskError;
+/// Why the rate cannot be limited on this host at all (the same for
+/// every tenant), or a rule could not be written for one device.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ThrottleError {
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
-/// The root of the host's cgroup v1 `blkio` hierarchy, or why there is
-/// none usable here.
-fn blkio_root() -> Result<&'static PathBuf, &'static str> {
-    static ROOT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let table = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| format!("cannot read the mount table: {e}"))?;
-        find_blkio_root(&table)
+/// The groups whose rules hold a device's writes: the hierarchy's root,
+/// and the server's own group when it is another.
+fn rule_files() -> Result<&'static [PathBuf], &'static str> {
+    static FILES: OnceLock<Result<Vec<PathBuf>, String>> = OnceLock::new();
+    FILES
+        .get_or_init(|| {
+            let table = std::fs::read_to_string("/proc/self/mountinfo")
+                .map_err(|e| format!("cannot read the mount table: {e}"))?;
+            let root = find_blkio_root(&table)?;
+            let own = std::fs::read_to_string("/proc/self/cgroup")
+                .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+            let mut groups = vec![root.clone()];
+            if let Some(path) = own_blkio_group(&own)
+                && path != "/"
+            {
+                groups.push(root.join(path.trim_start_matches('/')));
+            }
+            Ok(groups
+                .into_iter()
+                .map(|g| g.join("blkio.throttle.write_bps_device"))
+                .collect())
+        })
+        .as_deref()
+        .map_err(String::as_str)
+}
+
+/// Our group in the v1 hierarchy with the `blkio` controller.
+fn own_blkio_group(own: &str) -> Option<&str> {
+    own.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers.split(',').any(|c| c == "blkio").then_some(path)
     })
-    .as_ref()
-    .map_err(String::as_str)
 }
 
 /// The mount point of the `blkio` hierarchy's root in `mountinfo`.
@@ -77,27 +116,32 @@ fn find_blkio_root(mountinfo: &str) -> Result<PathBuf, String> {
 pub(crate) fn limit_writes(
     (major, minor): (u64, u64),
     bytes_per_second: u64,
-) -> Result<(), DiskError> {
-    let root = match blkio_root() {
-        Ok(root) => root,
+) -> Result<(), ThrottleError> {
+    let files = match rule_files() {
+        Ok(files) => files,
         // Nothing asked, nothing missing.
         Err(_) if bytes_per_second == 0 => return Ok(()),
-        Err(why) => return Err(DiskError::Command(why.to_string())),
+        Err(why) => return Err(ThrottleError::Unsupported(why.to_string())),
     };
-    let rules = root.join("blkio.throttle.write_bps_device");
     let device = format!("{major}:{minor}");
-    if bytes_per_second == 0 {
-        let current = std::fs::read_to_string(&rules)
-            .map_err(|e| DiskError::io(format!("cannot read {}", rules.display()), e))?;
-        if !current
-            .lines()
-            .any(|l| l.split(' ').next() == Some(&device))
-        {
-            return Ok(());
+    for rules in files {
+        let io = |what: &str, source| ThrottleError::Io {
+            what: format!("cannot {what} {}", rules.display()),
+            source,
+        };
+        if bytes_per_second == 0 {
+            let current = std::fs::read_to_string(rules).map_err(|e| io("read", e))?;
+            if !current
+                .lines()
+                .any(|l| l.split(' ').next() == Some(&device))
+            {
+                continue;
+            }
         }
+        std::fs::write(rules, format!("{device} {bytes_per_second}"))
+            .map_err(|e| io("write", e))?;
     }
-    std::fs::write(&rules, format!("{device} {bytes_per_second}"))
-        .map_err(|e| DiskError::io(format!("cannot write {}", rules.display()), e))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -128,5 +172,13 @@ mod tests {
             panic!("a blkio root found on cgroup v2");
         };
         assert!(why.contains("cgroup v2"), "{why}");
+    }
+
+    #[test]
+    fn the_servers_own_blkio_group_is_read_from_its_cgroup_file() {
+        let own =
+            "12:pids:/system.slice/x.service\n7:blkio:/system.slice/x.service\n1:name=systemd:/\n";
+        assert_eq!(own_blkio_group(own), Some("/system.slice/x.service"));
+        assert_eq!(own_blkio_group("0::/\n"), None);
     }
 }

@@ -57,7 +57,7 @@ pub enum DiskError {
 }
 
 impl DiskError {
-    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+    fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         DiskError::Io {
             what: what.into(),
             source,
@@ -168,18 +168,13 @@ impl WorkspaceDisk {
             }
             true
         };
-        match device_of(fs_dir) {
-            Ok((device, numbers)) => {
-                if let Err(e) = pace_writes(&device, numbers) {
-                    tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
-                }
-                if let Err(e) = crate::disk_throttle::limit_writes(numbers, write_rate) {
-                    warn_unlimited(&e);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
-            }
+        let device = device_of(fs_dir);
+        if let Err(e) = device
+            .as_ref()
+            .map_err(ToString::to_string)
+            .and_then(|(device, numbers)| pace_writes(device, *numbers).map_err(|e| e.to_string()))
+        {
+            tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not paced: a tenant filling its disk can slow every tenant's writes");
         }
         let files = fs_dir.join("files");
         let reserve_path = fs_dir.join("reserve");
@@ -231,6 +226,11 @@ impl WorkspaceDisk {
                 return Err(e);
             }
         };
+        // Once the image is here to stay: a rule for a device given back
+        // would hold whoever gets its number next.
+        if let Ok((_, numbers)) = device {
+            limit_rate(fs_dir, numbers, write_rate);
+        }
         let disk = Self {
             fs_dir: fs_dir.to_path_buf(),
             rest_floor,
@@ -384,7 +384,6 @@ fn grow_image(image: &Path, size: u64) -> Result<bool, DiskError> {
     Ok(true)
 }
 
-/// The loop device mounted at `dir`, from our mount table.
 /// Dirty pages one workspace may hold before its writers wait for them to
 /// reach the disk.
 pub const DIRTY_LIMIT: u64 = 4 << 20;
@@ -432,15 +431,27 @@ fn device_of(fs_dir: &Path) -> Result<(PathBuf, (u64, u64)), DiskError> {
     Ok((device, numbers))
 }
 
-/// Says once per server that workspace writes are not rate-limited: every
-/// tenant's image misses the limit for the same reason.
-fn warn_unlimited(e: &DiskError) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        tracing::warn!(error = %e, "tenants' workspace writes are not rate-limited (sandbox.tenant_disk_mb_per_second): a tenant filling its disk can slow every tenant's writes");
-    });
+/// Sets the device's write-rate rule (see `disk_throttle`). A host that
+/// cannot have one is said once per server (every tenant misses it for
+/// the same reason); a rule that cannot be written, for each workspace.
+fn limit_rate(fs_dir: &Path, numbers: (u64, u64), write_rate: u64) {
+    use crate::disk_throttle::{ThrottleError, limit_writes};
+    static UNSUPPORTED: std::sync::Once = std::sync::Once::new();
+    match limit_writes(numbers, write_rate) {
+        Ok(()) => {}
+        Err(ThrottleError::Unsupported(why)) => UNSUPPORTED.call_once(|| {
+            tracing::warn!(error = %why, "tenants' workspace writes are not rate-limited (sandbox.tenant_disk_mb_per_second): a tenant filling its disk can slow every tenant's writes");
+        }),
+        Err(e) if write_rate == 0 => {
+            tracing::warn!(error = %e, path = %fs_dir.display(), "could not clear a write-rate rule left on this workspace's loop device: its writes may still be held to an old rate");
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, path = %fs_dir.display(), "this workspace's writes are not rate-limited (sandbox.tenant_disk_mb_per_second): it can slow every tenant's writes");
+        }
+    }
 }
 
+/// The loop device mounted at `dir`, from our mount table.
 fn loop_device(dir: &Path) -> Result<PathBuf, DiskError> {
     let table = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| DiskError::io("cannot read the mount table", e))?;
