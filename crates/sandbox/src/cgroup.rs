@@ -25,6 +25,20 @@ enum Freezer {
 
 pub(crate) const PARENT: &str = "code-execution-mcp";
 
+/// The path of our group in the v1 hierarchy that has `controller`, from
+/// `own` (what /proc/self/cgroup reads): `3:cpu,cpuacct:/user.slice` gives
+/// `/user.slice` for `cpu`.
+pub(crate) fn own_v1_group<'a>(own: &'a str, controller: &str) -> Option<&'a str> {
+    own.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then_some(path)
+    })
+}
+
 impl Cgroup {
     /// Makes a cgroup named `name` limited to `memory_mb` and `pids`.
     /// Err says why none could be made (not root, no delegation, ...).

@@ -31,6 +31,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use crate::cgroup::own_v1_group;
+
 /// The two cpu cgroups of forked sandboxes.
 #[derive(Debug)]
 pub struct CpuPriority {
@@ -99,7 +101,7 @@ impl CpuPriority {
     /// Makes the background group under `root` (where cgroup hierarchies
     /// are mounted), for a process whose /proc/self/cgroup reads `own`.
     fn make(root: &Path, own: &str) -> Result<CpuPriority, String> {
-        let rel = own_cpu_cgroup(own).ok_or(
+        let rel = own_v1_group(own, "cpu").ok_or(
             "no cgroup v1 cpu controller (cgroup v2 is not used for priority yet): the next \
              sandbox is prepared at full priority",
         )?;
@@ -270,16 +272,6 @@ fn write_pid(procs: &Path, pid: u32) -> Result<(), String> {
         .map_err(|e| format!("cannot move process {pid} into {}: {e}", procs.display()))
 }
 
-/// The path of our cgroup in the v1 hierarchy that has the `cpu`
-/// controller (`3:cpu,cpuacct:/user.slice` gives `/user.slice`).
-fn own_cpu_cgroup(own: &str) -> Option<&str> {
-    own.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        controllers.split(',').any(|c| c == "cpu").then_some(path)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,11 +288,17 @@ mod tests {
     #[test]
     fn finds_the_cpu_hierarchy_among_v1_lines() {
         let own = "9:name=systemd:/\n4:memory:/a/b\n3:cpuset:/\n2:cpu,cpuacct:/user.slice\n0::/\n";
-        assert_eq!(own_cpu_cgroup(own), Some("/user.slice"));
-        assert_eq!(own_cpu_cgroup("1:cpu:/\n0::/x\n"), Some("/"));
+        assert_eq!(own_v1_group(own, "cpu"), Some("/user.slice"));
+        assert_eq!(own_v1_group("1:cpu:/\n0::/x\n", "cpu"), Some("/"));
         // cpuset and cpuacct are not cpu; a v2-only host has no such line.
-        assert_eq!(own_cpu_cgroup("3:cpuset:/\n2:cpuacct:/\n0::/x\n"), None);
-        assert_eq!(own_cpu_cgroup("0::/user.slice/session-1.scope\n"), None);
+        assert_eq!(
+            own_v1_group("3:cpuset:/\n2:cpuacct:/\n0::/x\n", "cpu"),
+            None
+        );
+        assert_eq!(
+            own_v1_group("0::/user.slice/session-1.scope\n", "cpu"),
+            None
+        );
     }
 
     #[test]

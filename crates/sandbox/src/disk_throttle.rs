@@ -27,6 +27,8 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::cgroup::own_v1_group;
+
 /// Why the rate cannot be limited on this host at all (the same for
 /// every tenant), or a rule could not be written for one device.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +55,7 @@ fn rule_files() -> Result<&'static [PathBuf], &'static str> {
             let own = std::fs::read_to_string("/proc/self/cgroup")
                 .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
             let mut groups = vec![root.clone()];
-            if let Some(path) = own_blkio_group(&own)
+            if let Some(path) = own_v1_group(&own, "blkio")
                 && path != "/"
             {
                 groups.push(root.join(path.trim_start_matches('/')));
@@ -65,15 +67,6 @@ fn rule_files() -> Result<&'static [PathBuf], &'static str> {
         })
         .as_deref()
         .map_err(String::as_str)
-}
-
-/// Our group in the v1 hierarchy with the `blkio` controller.
-fn own_blkio_group(own: &str) -> Option<&str> {
-    own.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        controllers.split(',').any(|c| c == "blkio").then_some(path)
-    })
 }
 
 /// The mount point of the `blkio` hierarchy's root in `mountinfo`.
@@ -178,7 +171,7 @@ mod tests {
     fn the_servers_own_blkio_group_is_read_from_its_cgroup_file() {
         let own =
             "12:pids:/system.slice/x.service\n7:blkio:/system.slice/x.service\n1:name=systemd:/\n";
-        assert_eq!(own_blkio_group(own), Some("/system.slice/x.service"));
-        assert_eq!(own_blkio_group("0::/\n"), None);
+        assert_eq!(own_v1_group(own, "blkio"), Some("/system.slice/x.service"));
+        assert_eq!(own_v1_group("0::/\n", "blkio"), None);
     }
 }
