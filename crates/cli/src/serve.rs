@@ -35,7 +35,11 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
 
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(short_slice)
+        .build()
+        .context("cannot start the async runtime")?;
     crate::memory::trim_periodically();
     let store_url = args
         .store_url
@@ -199,4 +203,16 @@ async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
         _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
     }
     shutdown.cancel();
+}
+
+/// Asks for a short scheduler slice for one of the server's async or
+/// blocking threads (see [`cem_sandbox::short_slice_for_this_thread`]),
+/// saying once, at debug level, when the kernel refuses it.
+fn short_slice() {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if let Err(e) = cem_sandbox::short_slice_for_this_thread() {
+        SAID.call_once(|| {
+            tracing::debug!(error = %e, "the server's threads run with the kernel's default scheduler slice");
+        });
+    }
 }
