@@ -90,6 +90,32 @@ def test_doctor_says_how_tenants_share_the_cpu(tmp_path: Path, data_dir: Path):
     assert cpu["status"] == "ok", cpu
     assert f"at most 40% of this host's {os.cpu_count()} cores" in cpu["detail"], cpu
     assert "sandbox.tenant_cpu_percent" in cpu["detail"], cpu
+    # A kernel of 6.12 or later keeps a scheduler slice per thread.
+    if _kernel_at_least(6, 12):
+        assert "0.1 ms scheduler slices" in cpu["detail"], cpu
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    parts = os.uname().release.split("-")[0].split(".")
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
+def test_doctor_says_whether_tenants_writes_are_held_to_a_rate(tmp_path: Path, data_dir: Path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"sandbox": {"tenant_disk_mb_per_second": 12}, "auth": {"tokens": {"alice": "a" * 32}}}))
+    out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
+    rate = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["disk rate"]
+    if Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device").exists():
+        assert rate["status"] == "ok", rate
+        assert "held to 12 MB/s" in rate["detail"] and "blkio.throttle.write_bps_device" in rate["detail"], rate
+    else:
+        # Tenants to keep apart and no way to: a warning that says why.
+        assert rate["status"] == "warn", rate
+        assert "cannot be held to a rate" in rate["detail"], rate
+    cfg.write_text(json.dumps({"sandbox": {"tenant_disk_mb_per_second": 0}}))
+    out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
+    rate = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["disk rate"]
+    assert rate["status"] == "ok" and "tenant_disk_mb_per_second is 0" in rate["detail"], rate
 
 
 def test_doctor_fails_on_a_broken_python(tmp_path: Path, data_dir: Path):

@@ -83,6 +83,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         checks.push(search_check(config));
         checks.push(auth_check(config));
         checks.push(tenants_cpu_check(config));
+        checks.push(tenants_disk_rate_check(config));
         if let Some(url) = &config.store.url {
             checks.push(store_check(url.expose()));
         }
@@ -309,7 +310,9 @@ fn fresh_sandbox_check(config: &cem_config::Config, data_dir: &Path) -> Check {
         disk_watchdog_reason: Some("doctor's own check".into()),
         running: None,
         sessions: None,
-        tenant: String::new(),
+        // As the server runs the local user's code (an empty id has no cpu
+        // group of its own, and would be warned about).
+        tenant: cem_auth::LOCAL_TENANT.to_string(),
     });
     let outcome = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -698,8 +701,65 @@ fn tenants_cpu_check(config: &cem_config::Config) -> Check {
             ),
         ),
     };
+    // Asked on a thread of its own, as the server's threads ask it.
+    let slice = std::thread::spawn(cem_sandbox::short_slice_for_this_thread)
+        .join()
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or(false);
+    let detail = if slice {
+        format!(
+            "{detail}; the server's threads ask for 0.1 ms scheduler slices, so a request is served soon while \
+             tenants' code keeps the cores busy"
+        )
+    } else {
+        format!(
+            "{detail}; the server's threads run with the kernel's default scheduler slice (Linux 6.12 and later \
+             give them shorter ones), so a request may wait a few ms while tenants' code keeps the cores busy"
+        )
+    };
     Check {
         name: "cpu",
+        status,
+        detail,
+    }
+}
+
+/// Whether each tenant's workspace writes can be held to
+/// `sandbox.tenant_disk_mb_per_second`, or why not. Only a warning where
+/// there are tenants to keep apart and a rate was asked for.
+fn tenants_disk_rate_check(config: &cem_config::Config) -> Check {
+    let rate = config.sandbox.tenant_disk_mb_per_second;
+    let many = !config.auth.tokens.is_empty() || config.auth.oauth.is_some();
+    let (status, detail) = match cem_sandbox::write_rate_rules() {
+        _ if rate == 0 => (
+            Status::Ok,
+            "tenants' workspace writes are not held to a rate (sandbox.tenant_disk_mb_per_second is 0)"
+                .to_string(),
+        ),
+        Ok(rules) => (
+            Status::Ok,
+            format!(
+                "the writes of each tenant but the local user to its workspace are held to {rate} MB/s \
+                 (sandbox.tenant_disk_mb_per_second) when the workspace is its own file system (a server run \
+                 as root): blkio rules in {}",
+                rules
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+        ),
+        Err(why) => (
+            if many { Status::Warn } else { Status::Ok },
+            format!(
+                "tenants' workspace writes cannot be held to a rate ({why}): one tenant filling its disk can \
+                 slow the others' writes"
+            ),
+        ),
+    };
+    Check {
+        name: "disk rate",
         status,
         detail,
     }

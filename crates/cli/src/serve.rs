@@ -207,12 +207,16 @@ async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
 
 /// Asks for a short scheduler slice for one of the server's async or
 /// blocking threads (see [`cem_sandbox::short_slice_for_this_thread`]),
-/// saying once, at debug level, when the kernel refuses it.
+/// saying once, at debug level, when the kernel keeps none (`doctor` says
+/// it too).
 fn short_slice() {
     static SAID: std::sync::Once = std::sync::Once::new();
-    if let Err(e) = cem_sandbox::short_slice_for_this_thread() {
-        SAID.call_once(|| {
-            tracing::debug!(error = %e, "the server's threads run with the kernel's default scheduler slice");
-        });
-    }
+    let why = match cem_sandbox::short_slice_for_this_thread() {
+        Ok(true) => return,
+        Ok(false) => "this kernel keeps no slice per thread (Linux 6.12 and later do)".to_string(),
+        Err(e) => e.to_string(),
+    };
+    SAID.call_once(|| {
+        tracing::debug!(why = %why, "the server's threads run with the kernel's default scheduler slice");
+    });
 }

@@ -46,6 +46,7 @@ pub mod zygote;
 pub use cgroup::Cgroup;
 pub use cgroup_latency::{Favor, favor_dynamic_changes};
 pub use cpu_priority::{BACKGROUND_SHARES, CpuPriority, limit_tenants_to};
+pub use disk_throttle::write_rate_rules;
 pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};

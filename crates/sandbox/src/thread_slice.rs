@@ -48,11 +48,39 @@ struct SchedAttr {
 
 /// Asks the kernel for a short slice for the calling thread (not for what it
 /// starts). Its policy and nice value stay as they are; a thread that is not
-/// `SCHED_OTHER` is left alone. Err: the kernel refused (why, for a debug
-/// line; the thread runs with the default slice).
-pub fn short_slice_for_this_thread() -> std::io::Result<()> {
+/// `SCHED_OTHER` is left alone. Ok(true): the thread has the short slice;
+/// Ok(false): the kernel took the call but keeps no slice for an ordinary
+/// thread (before 6.12), or the thread is not `SCHED_OTHER`; Err: the
+/// kernel refused (the thread runs with the default slice).
+pub fn short_slice_for_this_thread() -> std::io::Result<bool> {
+    let attr = this_threads_attr()?;
+    if attr.sched_policy != libc::SCHED_OTHER as u32 {
+        return Ok(false);
+    }
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: attr.sched_policy,
+        sched_flags: RESET_ON_FORK,
+        sched_nice: attr.sched_nice,
+        sched_runtime: SLICE_NS,
+        ..SchedAttr::default()
+    };
+    // SAFETY: `attr` is a valid `sched_attr` whose `size` field says its
+    // size; pid 0 names the calling thread.
+    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(this_threads_attr()?.sched_runtime == SLICE_NS)
+}
+
+/// The calling thread's `sched_attr`.
+fn this_threads_attr() -> std::io::Result<SchedAttr> {
     let size = std::mem::size_of::<SchedAttr>() as u32;
-    let mut attr = SchedAttr::default();
+    let mut attr = SchedAttr {
+        size,
+        ..SchedAttr::default()
+    };
     // SAFETY: `attr` is a writable `sched_attr` of `size` bytes, and pid 0
     // names the calling thread.
     let got = unsafe {
@@ -67,24 +95,7 @@ pub fn short_slice_for_this_thread() -> std::io::Result<()> {
     if got != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    if attr.sched_policy != libc::SCHED_OTHER as u32 {
-        return Ok(());
-    }
-    let attr = SchedAttr {
-        size,
-        sched_policy: attr.sched_policy,
-        sched_flags: RESET_ON_FORK,
-        sched_nice: attr.sched_nice,
-        sched_runtime: SLICE_NS,
-        ..SchedAttr::default()
-    };
-    // SAFETY: `attr` is a valid `sched_attr` whose `size` field says its
-    // size; pid 0 names the calling thread.
-    let set = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-    if set != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(attr)
 }
 
 #[cfg(test)]
@@ -92,19 +103,9 @@ mod tests {
     use super::*;
 
     fn runtime_of_this_thread() -> Option<(u64, u64)> {
-        let size = std::mem::size_of::<SchedAttr>() as u32;
-        let mut attr = SchedAttr::default();
-        // SAFETY: as above.
-        let got = unsafe {
-            libc::syscall(
-                libc::SYS_sched_getattr,
-                0,
-                &mut attr as *mut SchedAttr,
-                size,
-                0,
-            )
-        };
-        (got == 0).then_some((attr.sched_runtime, attr.sched_flags))
+        this_threads_attr()
+            .ok()
+            .map(|a| (a.sched_runtime, a.sched_flags))
     }
 
     /// `se.slice` (ns) of a process started from the calling thread.
@@ -122,25 +123,32 @@ mod tests {
     #[test]
     fn the_slice_is_the_threads_own_and_not_what_it_starts() {
         let handle = std::thread::spawn(|| {
-            short_slice_for_this_thread().ok()?;
+            let kept = short_slice_for_this_thread().ok()?;
             let mine = runtime_of_this_thread()?;
             // A thread started from here begins with the default again.
             let thread = std::thread::spawn(runtime_of_this_thread).join().ok()??;
-            Some((mine, thread, slice_of_a_started_process()))
+            Some((kept, mine, thread, slice_of_a_started_process()))
         });
-        let Ok(Some(((mine, flags), (thread, _), process))) = handle.join() else {
+        let Ok(Some((kept, (mine, flags), (thread, _), process))) = handle.join() else {
             panic!("sched_getattr/sched_setattr failed on this kernel");
         };
         // Kernels before 6.12 keep no slice for an ordinary thread (0):
         // nothing more to check there.
+        assert_eq!(kept, mine != 0, "what the call says it got");
         if mine == 0 {
             return;
         }
         assert_eq!(mine, SLICE_NS);
         assert_eq!(flags & RESET_ON_FORK, RESET_ON_FORK);
-        assert_ne!(thread, SLICE_NS, "a started thread must not inherit the short slice");
+        assert_ne!(
+            thread, SLICE_NS,
+            "a started thread must not inherit the short slice"
+        );
         if let Some(process) = process {
-            assert_ne!(process, SLICE_NS, "a started process must not inherit the short slice");
+            assert_ne!(
+                process, SLICE_NS,
+                "a started process must not inherit the short slice"
+            );
         }
     }
 }
