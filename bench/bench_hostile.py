@@ -18,7 +18,7 @@ An ordinary tenant sends one request at a time (half a second apart): small comp
 code, workspace writes and reads, search_tools, tokenize_pii from code. Its latency and errors are recorded per
 phase. The server's RSS is sampled every second, from its start to 30 s after the hostile phase. Prints one
 JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, errors, RSS at start, peak, final,
-and how many attacks ran and how they ended.
+how many attacks ran and how they ended, and the ordinary p99 over the requests that ran beside each attack.
 
 Everything stays on this machine (127.0.0.1); every loop is bounded by the phase's end.
 """
@@ -138,6 +138,7 @@ def ordinary(port: int, name: str, until: float, out: dict, phase: str, stop: th
             out.setdefault(phase, {"latencies": [], "errors": [], "by_tool": {}})
             out[phase]["latencies"].append(took)
             out[phase]["by_tool"].setdefault(tool, []).append(took)
+            out[phase].setdefault("timed", []).append((started, took))
             if not good:
                 out[phase]["errors"].append(f"{name} {tool}: {why}")
         time.sleep(0.5)
@@ -184,12 +185,14 @@ def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: thre
         args = {"code": code, "timeout_seconds": timeout}
         if attack == "idle_session":
             args["session_id"] = f"idle{k % 4}"
+        started = time.monotonic()
         try:
             answer = t.call("execute_code", args)
             outcome = "ok" if answer.get("success") else (answer.get("error") or answer.get("text") or "")[:60]
         except Exception as e:  # noqa: BLE001
             outcome = f"request failed: {str(e)[:60]}"
         with LOCK:
+            out.setdefault("attack_spans", []).append((attack, started, time.monotonic()))
             out.setdefault("attacks", {}).setdefault(attack, {}).setdefault(outcome.split(":")[0], 0)
             out["attacks"][attack][outcome.split(":")[0]] += 1
 
@@ -227,6 +230,18 @@ def rss_kb(pid: int) -> int:
 def percentile(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def while_attacks(timed: list[tuple[float, float]], spans: list[tuple[str, float, float]]) -> dict:
+    """The ordinary tenants' p99 over the requests that overlapped each attack (four attack loops run at once,
+    so a request counts for every attack running during it): which attack the slow requests ran beside."""
+    by_attack: dict[str, list[float]] = {}
+    for start, took in timed:
+        end = start + took
+        for attack in {a for a, s, e in spans if s < end and e > start}:
+            by_attack.setdefault(attack, []).append(took)
+    return {a: {"requests": len(v), "p99_ms": round(percentile(v, 99) * 1000, 1)}
+            for a, v in sorted(by_attack.items())}
 
 
 def main() -> None:
@@ -348,6 +363,7 @@ def main() -> None:
                         "final": round(final_rss / 1024, 1)}
     report["warm_up_errors"] = out.get("warm-up", {}).get("errors", [])[:5]
     report["attacks"] = out.get("attacks", {})
+    report["p99_ms_while"] = while_attacks(out.get("hostile", {}).get("timed", []), out.get("attack_spans", []))
     print(json.dumps(report, indent=2))
 
 
