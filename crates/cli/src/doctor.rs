@@ -701,23 +701,6 @@ fn tenants_cpu_check(config: &cem_config::Config) -> Check {
             ),
         ),
     };
-    // Asked on a thread of its own, as the server's threads ask it.
-    let slice = std::thread::spawn(cem_sandbox::short_slice_for_this_thread)
-        .join()
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or(false);
-    let detail = if slice {
-        format!(
-            "{detail}; the server's threads ask for 0.1 ms scheduler slices, so a request is served soon while \
-             tenants' code keeps the cores busy"
-        )
-    } else {
-        format!(
-            "{detail}; the server's threads run with the kernel's default scheduler slice (Linux 6.12 and later \
-             give them shorter ones), so a request may wait a few ms while tenants' code keeps the cores busy"
-        )
-    };
     Check {
         name: "cpu",
         status,

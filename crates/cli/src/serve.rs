@@ -35,11 +35,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         },
     )?;
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_start(short_slice)
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     crate::memory::trim_periodically();
     let store_url = args
         .store_url
@@ -203,20 +199,4 @@ async fn cancel_on_signal(signals: Signals, shutdown: CancellationToken) {
         _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
     }
     shutdown.cancel();
-}
-
-/// Asks for a short scheduler slice for one of the server's async or
-/// blocking threads (see [`cem_sandbox::short_slice_for_this_thread`]),
-/// saying once, at debug level, when the kernel keeps none (`doctor` says
-/// it too).
-fn short_slice() {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    let why = match cem_sandbox::short_slice_for_this_thread() {
-        Ok(true) => return,
-        Ok(false) => "this kernel keeps no slice per thread (Linux 6.12 and later do)".to_string(),
-        Err(e) => e.to_string(),
-    };
-    SAID.call_once(|| {
-        tracing::debug!(why = %why, "the server's threads run with the kernel's default scheduler slice");
-    });
 }

@@ -74,9 +74,6 @@ impl Lane {
             .thread_name(format!("tenant-{}", &digest[..digest.len().min(8)]))
             .on_thread_start(move || {
                 ON_LANE.with(|on| on.set(true));
-                // Woken by its tenant's request, it runs soon even while
-                // another tenant's code holds the core (see the function).
-                let _ = cem_sandbox::short_slice_for_this_thread();
                 if let Some(cpu) = cpu
                     && let Err(e) = cpu.join_thread()
                 {

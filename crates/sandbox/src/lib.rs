@@ -39,7 +39,6 @@ mod mounts;
 mod probe;
 pub mod seccomp;
 mod spec;
-mod thread_slice;
 mod workspace_disk;
 pub mod zygote;
 
@@ -51,7 +50,6 @@ pub use interp::{InterpreterError, InterpreterLayout, resolve_interpreter};
 pub use launcher::{LAUNCHER_ARG, SPEC_ENV, launcher_main};
 pub use probe::{Layer, Layers, probe};
 pub use spec::{Bind, Limits, Spec};
-pub use thread_slice::short_slice_for_this_thread;
 pub use workspace_disk::{DiskError, DiskHold, WorkspaceDisk, is_mount_point};
 pub use zygote::{Forked, Priority, Zygote};
 
