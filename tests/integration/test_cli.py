@@ -81,11 +81,16 @@ def test_doctor_reports_python_and_data_dir(tmp_path: Path, data_dir: Path):
         assert by_name[layer]["status"] == "ok", (layer, by_name[layer])
 
 
-def test_doctor_says_how_tenants_share_the_cpu(tmp_path: Path, data_dir: Path):
+def _doctor_check(tmp_path: Path, data_dir: Path, config: dict, check: str) -> dict:
+    """One check of `doctor --json` run with `config`."""
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"sandbox": {"tenant_cpu_percent": 40}}))
+    cfg.write_text(json.dumps(config))
     out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
-    cpu = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["cpu"]
+    return {c["check"]: c for c in json.loads(out.stdout)["checks"]}[check]
+
+
+def test_doctor_says_how_tenants_share_the_cpu(tmp_path: Path, data_dir: Path):
+    cpu = _doctor_check(tmp_path, data_dir, {"sandbox": {"tenant_cpu_percent": 40}}, "cpu")
     # This host has the cgroup v1 cpu controller: each tenant's group and its limit.
     assert cpu["status"] == "ok", cpu
     assert f"at most 40% of this host's {os.cpu_count()} cores" in cpu["detail"], cpu
@@ -93,10 +98,8 @@ def test_doctor_says_how_tenants_share_the_cpu(tmp_path: Path, data_dir: Path):
 
 
 def test_doctor_says_whether_tenants_writes_are_held_to_a_rate(tmp_path: Path, data_dir: Path):
-    cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"sandbox": {"tenant_disk_mb_per_second": 12}, "auth": {"tokens": {"alice": "a" * 32}}}))
-    out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
-    rate = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["disk rate"]
+    config = {"sandbox": {"tenant_disk_mb_per_second": 12}, "auth": {"tokens": {"alice": "a" * 32}}}
+    rate = _doctor_check(tmp_path, data_dir, config, "disk rate")
     if Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device").exists():
         assert rate["status"] == "ok", rate
         assert "held to 12 MB/s" in rate["detail"] and "blkio.throttle.write_bps_device" in rate["detail"], rate
@@ -104,9 +107,7 @@ def test_doctor_says_whether_tenants_writes_are_held_to_a_rate(tmp_path: Path, d
         # Tenants to keep apart and no way to: a warning that says why.
         assert rate["status"] == "warn", rate
         assert "cannot be held to a rate" in rate["detail"], rate
-    cfg.write_text(json.dumps({"sandbox": {"tenant_disk_mb_per_second": 0}}))
-    out = run_cli("--config", str(cfg), "--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
-    rate = {c["check"]: c for c in json.loads(out.stdout)["checks"]}["disk rate"]
+    rate = _doctor_check(tmp_path, data_dir, {"sandbox": {"tenant_disk_mb_per_second": 0}}, "disk rate")
     assert rate["status"] == "ok" and "tenant_disk_mb_per_second is 0" in rate["detail"], rate
 
 

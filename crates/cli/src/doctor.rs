@@ -673,13 +673,19 @@ fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
     checks
 }
 
+/// Whether the server serves tenants other than the local user (tokens or
+/// OAuth): where a missing way to keep them apart is a warning.
+fn has_tenants(config: &cem_config::Config) -> bool {
+    !config.auth.tokens.is_empty() || config.auth.oauth.is_some()
+}
+
 /// How tenants share the host's CPU: their own cpu groups (equal weight)
 /// and the bandwidth limit of `sandbox.tenant_cpu_percent`, or why there
 /// are none. Only a warning where there are tenants to keep apart.
 fn tenants_cpu_check(config: &cem_config::Config) -> Check {
     let percent = config.sandbox.tenant_cpu_percent;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let many = !config.auth.tokens.is_empty() || config.auth.oauth.is_some();
+    let many = has_tenants(config);
     let (status, detail) = match cem_sandbox::CpuPriority::get() {
         Ok(_) if percent >= 100 => (
             Status::Ok,
@@ -713,7 +719,7 @@ fn tenants_cpu_check(config: &cem_config::Config) -> Check {
 /// there are tenants to keep apart and a rate was asked for.
 fn tenants_disk_rate_check(config: &cem_config::Config) -> Check {
     let rate = config.sandbox.tenant_disk_mb_per_second;
-    let many = !config.auth.tokens.is_empty() || config.auth.oauth.is_some();
+    let many = has_tenants(config);
     let (status, detail) = match cem_sandbox::write_rate_rules() {
         _ if rate == 0 => (
             Status::Ok,

@@ -105,10 +105,8 @@ fn find_blkio_root(mountinfo: &str) -> Result<PathBuf, String> {
 
 /// Whether this host lets a workspace's writes be held to a rate: the
 /// files where the rules go, or why there are none (for `doctor`).
-pub fn write_rate_rules() -> Result<Vec<PathBuf>, String> {
+pub fn write_rate_rules() -> Result<&'static [PathBuf], &'static str> {
     rule_files()
-        .map(<[PathBuf]>::to_vec)
-        .map_err(str::to_string)
 }
 
 /// Limits writes to the block device `(major, minor)` to
