@@ -183,8 +183,17 @@ def cpu_group(pid: int) -> Path | None:
     return None
 
 
-def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted):
-    server, alice, bob = hosted
+def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(tmp_path: Path):
+    # No bandwidth limit here: with one, both spinning tenants would run into it and weigh less for a while
+    # (the next test), and which of them gets its weight back first depends on when each one's spin ends.
+    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_cpu_percent": 100}})
+    try:
+        check_equal_groups(server, alice, bob)
+    finally:
+        server.stop()
+
+
+def check_equal_groups(server, alice, bob):
     group = cpu_group(server.proc.pid)
     if group is None or not (group / "cpu.shares").exists():
         pytest.skip("no cgroup v1 cpu controller here")
@@ -220,6 +229,64 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(hosted)
     assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
     assert not set(members["alice"]) & set(members["bob"]), members
     assert shares == {"alice": "1024", "bob": "1024"}, shares
+
+
+def test_a_tenant_at_its_cpu_limit_weighs_less_than_a_quiet_one_until_it_stops(tmp_path: Path):
+    # A bandwidth limit caps how much a busy tenant takes, not how long the others wait for a core: at equal
+    # weight a group of spinning threads kept a quiet tenant's woken thread waiting tens of ms at a time.
+    # No pool: refilling it after bob's call is work in bob's group that counts against his limit, and bob
+    # must be quiet here.
+    server, alice, bob = serve(tmp_path, {"sandbox": {"pool_size": 0}})
+    try:
+        check_busy_weighs_less(server, alice, bob)
+    finally:
+        server.stop()
+
+
+def check_busy_weighs_less(server, alice, bob):
+    group = cpu_group(server.proc.pid)
+    if group is None or not (group / "cpu.shares").exists():
+        pytest.skip("no cgroup v1 cpu controller here")
+    assert bob.call("execute_code", {"code": "result = 1"})["success"]
+    tenants = group / "code-execution-mcp" / "tenants"
+    shares = {n: tenants / f"token-{n}" / "cpu.shares" for n in ("alice", "bob")}
+    # A tenant's first call starts its zygote, which counts against its limit and may run into it: bob
+    # settles first (no new throttled period for longer than the server waits before it gives the weight
+    # back, and his weight back; a look right after the call could come before the server's own).
+    stat = tenants / "token-bob" / "cpu.stat"
+    give_up = time.monotonic() + 30
+    last, since = None, time.monotonic()
+    while time.monotonic() < give_up:
+        now = stat.read_text().split("nr_throttled ")[1].split()[0]
+        if now != last:
+            last, since = now, time.monotonic()
+        if time.monotonic() - since > 1.5 and shares["bob"].read_text().strip() == "1024":
+            break
+        time.sleep(0.1)
+    assert shares["bob"].read_text().strip() == "1024"
+    # One busy process per core for 4 s: four times the default limit (25% of all cores) on any machine.
+    busy = max(4, os.cpu_count() or 1)
+    code = ("import multiprocessing, time\n"
+            "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 4: pass\n"
+            f"ps = [multiprocessing.Process(target=burn) for _ in range({busy})]\n"
+            "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
+    answer: dict = {}
+    spinner = threading.Thread(target=lambda: answer.update(alice.call("execute_code", {"code": code})))
+    spinner.start()
+    seen = {"alice": set(), "bob": set()}
+    while spinner.is_alive():
+        for n in seen:
+            seen[n].add(shares[n].read_text().strip())
+        time.sleep(0.05)
+    spinner.join()
+    assert answer.get("success"), answer
+    assert "16" in seen["alice"], seen
+    assert seen["bob"] == {"1024"}, seen
+    # Once it has stopped for a while, the same weight as everyone again.
+    deadline = time.monotonic() + 15
+    while shares["alice"].read_text().strip() != "1024" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert shares["alice"].read_text().strip() == "1024"
 
 
 def test_each_tenant_prepares_its_sandboxes_apart_and_cgroup_moves_wait_for_no_grace_period(hosted):

@@ -696,7 +696,8 @@ fn tenants_cpu_check(config: &cem_config::Config) -> Check {
             Status::Ok,
             format!(
                 "each tenant has its own cpu group of equal weight; one other than the local user may use at most \
-                 {percent}% of this host's {cores} cores (sandbox.tenant_cpu_percent)"
+                 {percent}% of this host's {cores} cores (sandbox.tenant_cpu_percent), and weighs less while it \
+                 runs into that limit"
             ),
         ),
         Err(why) => (
