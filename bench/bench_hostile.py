@@ -20,6 +20,9 @@ phase. The server's RSS is sampled every second, from its start to 30 s after th
 JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, errors, RSS at start, peak, final,
 how many attacks ran and how they ended, and the ordinary p99 over the requests that ran beside each attack.
 
+The attack loops run in a process of their own (each person is a different client: the ordinary tenants' answers
+must not wait for the attack driver's interpreter lock before they are timed).
+
 Everything stays on this machine (127.0.0.1); every loop is bounded by the phase's end.
 """
 

@@ -235,7 +235,7 @@ impl CpuPriority {
             }
         }
         if limited {
-            ShareWatch::add(&dir);
+            ShareWatch::add(&dir, &self.foreground.with_file_name("tasks"));
         }
         let groups: &'static CpuPriority = Box::leak(Box::new(CpuPriority {
             background: background.join("cgroup.procs"),
@@ -324,8 +324,11 @@ enum Weight {
 
 impl ShareWatch {
     /// Watches `dir` from now on; the first time, starts the thread that
-    /// looks at every watched group.
-    fn add(dir: &Path) {
+    /// looks at every watched group, in the server's own cpu group (`home`,
+    /// its `tasks` file): started from a thread that works for a tenant, it
+    /// would otherwise sit in that tenant's group, and wait whenever that
+    /// tenant runs into its limit.
+    fn add(dir: &Path, home: &Path) {
         static STARTED: std::sync::Once = std::sync::Once::new();
         let Ok(mut watched) = WATCHED.lock() else {
             return;
@@ -339,9 +342,13 @@ impl ShareWatch {
         });
         drop(watched);
         STARTED.call_once(|| {
+            let home = home.to_path_buf();
             let started = std::thread::Builder::new()
                 .name("cem-cpu-share".into())
-                .spawn(|| {
+                .spawn(move || {
+                    if let Err(e) = fs::write(&home, nix::unistd::gettid().to_string()) {
+                        tracing::warn!(error = %e, "the thread that weighs busy tenants stays in the group it was started in");
+                    }
                     loop {
                         std::thread::sleep(WATCH_EVERY);
                         ShareWatch::look_all();
