@@ -65,6 +65,9 @@ pub const DEMOTED_SHARES: u32 = 16;
 /// How often the tenants' groups are looked at for throttling.
 const WATCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// Groups looked at per tick, at most (see [`ShareWatch::look_all`]).
+const LOOKS_PER_TICK: usize = 64;
+
 /// Looks without a new throttled period, in a row, before a demoted tenant
 /// gets its weight back (a second): a tenant that spins in bursts must not
 /// flip between the two weights every period.
@@ -360,11 +363,24 @@ impl ShareWatch {
         });
     }
 
+    /// Looks at the next [`LOOKS_PER_TICK`] groups (all of them on a
+    /// server with fewer tenants): a look reads a file, and a server with
+    /// hundreds of tenants must not spend a tenth of a core reading them.
+    /// There a group is looked at less often, and demoted and restored
+    /// later, in proportion.
     fn look_all() {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let Ok(mut watched) = WATCHED.lock() else {
             return;
         };
-        for watch in watched.iter_mut() {
+        let count = watched.len();
+        let first = NEXT.load(std::sync::atomic::Ordering::Relaxed) % count.max(1);
+        let take = count.min(LOOKS_PER_TICK);
+        NEXT.store(first + take, std::sync::atomic::Ordering::Relaxed);
+        for i in (first..first + take).map(|i| i % count) {
+            let Some(watch) = watched.get_mut(i) else {
+                continue;
+            };
             let Some(now) = nr_throttled(&watch.dir) else {
                 continue;
             };
