@@ -7,6 +7,7 @@ huge tool results, floods the bridge with requests that are not tool calls, with
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -35,11 +36,20 @@ def serve(tmp_path: Path, extra: dict | None = None):
     return server, Stateless(server.url, TOKENS["alice"]), Stateless(server.url, TOKENS["bob"])
 
 
+@contextlib.contextmanager
+def serving(tmp_path: Path, extra: dict | None = None):
+    """serve(), stopped when the block ends (however it ends)."""
+    server, alice, bob = serve(tmp_path, extra)
+    try:
+        yield server, alice, bob
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def hosted(tmp_path: Path):
-    server, alice, bob = serve(tmp_path)
-    yield server, alice, bob
-    server.stop()
+    with serving(tmp_path) as served:
+        yield served
 
 
 def test_big_results_are_counted_as_they_arrive_and_none_outlives_the_deadline(tmp_path: Path):
@@ -174,6 +184,14 @@ result = os.path.getsize('beat.txt')
     assert again["success"] and again["result"] > 0, again
 
 
+def server_cpu_group(server) -> Path:
+    """The server's v1 cpu cgroup directory; skips the test on a host without the cgroup v1 cpu controller."""
+    group = cpu_group(server.proc.pid)
+    if group is None or not (group / "cpu.shares").exists():
+        pytest.skip("no cgroup v1 cpu controller here")
+    return group
+
+
 def cpu_group(pid: int) -> Path | None:
     """The v1 cpu cgroup directory of a process, where the host has one."""
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
@@ -186,49 +204,40 @@ def cpu_group(pid: int) -> Path | None:
 def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(tmp_path: Path):
     # No bandwidth limit here: with one, both spinning tenants would run into it and weigh less for a while
     # (the next test), and which of them gets its weight back first depends on when each one's spin ends.
-    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_cpu_percent": 100}})
-    try:
-        check_equal_groups(server, alice, bob)
-    finally:
-        server.stop()
+    with serving(tmp_path, {"sandbox": {"tenant_cpu_percent": 100}}) as (server, alice, bob):
+        group = server_cpu_group(server)
+        tenants = group / "code-execution-mcp" / "tenants"
+        seen: dict[str, list[int]] = {}
 
+        def spin(who: Stateless, name: str):
+            # Four processes busy at once: together they weigh what one tenant weighs.
+            code = ("import multiprocessing, time\n"
+                    "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 3: pass\n"
+                    "ps = [multiprocessing.Process(target=burn) for _ in range(4)]\n"
+                    "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
+            seen[name] = [who.call("execute_code", {"code": code})]
 
-def check_equal_groups(server, alice, bob):
-    group = cpu_group(server.proc.pid)
-    if group is None or not (group / "cpu.shares").exists():
-        pytest.skip("no cgroup v1 cpu controller here")
-    tenants = group / "code-execution-mcp" / "tenants"
-    seen: dict[str, list[int]] = {}
-
-    def spin(who: Stateless, name: str):
-        # Four processes busy at once: together they weigh what one tenant weighs.
-        code = ("import multiprocessing, time\n"
-                "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 3: pass\n"
-                "ps = [multiprocessing.Process(target=burn) for _ in range(4)]\n"
-                "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
-        seen[name] = [who.call("execute_code", {"code": code})]
-
-    threads = [threading.Thread(target=spin, args=(t, n)) for t, n in ((alice, "alice"), (bob, "bob"))]
-    for t in threads:
-        t.start()
-    # Looked at while the spinners run, as often as it takes: a loaded machine starts one tenant's sandbox
-    # later than the other's, and a single look at a fixed moment could come before it.
-    members: dict[str, list[str]] = {"alice": [], "bob": []}
-    while any(t.is_alive() for t in threads):
-        for n in members:
-            procs = tenants / f"token-{n}" / "cgroup.procs"
-            # The server itself is listed in each too: its threads that work for a tenant sit in its group.
-            now = [p for p in procs.read_text().split() if p != str(server.proc.pid)] if procs.exists() else []
-            if len(now) > len(members[n]):
-                members[n] = now
-        time.sleep(0.05)
-    shares = {n: (tenants / f"token-{n}" / "cpu.shares").read_text().strip() for n in ("alice", "bob")}
-    for t in threads:
-        t.join()
-    assert all(seen[n][0]["success"] for n in seen), seen
-    assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
-    assert not set(members["alice"]) & set(members["bob"]), members
-    assert shares == {"alice": "1024", "bob": "1024"}, shares
+        threads = [threading.Thread(target=spin, args=(t, n)) for t, n in ((alice, "alice"), (bob, "bob"))]
+        for t in threads:
+            t.start()
+        # Looked at while the spinners run, as often as it takes: a loaded machine starts one tenant's sandbox
+        # later than the other's, and a single look at a fixed moment could come before it.
+        members: dict[str, list[str]] = {"alice": [], "bob": []}
+        while any(t.is_alive() for t in threads):
+            for n in members:
+                procs = tenants / f"token-{n}" / "cgroup.procs"
+                # The server itself is listed in each too: its threads that work for a tenant sit in its group.
+                now = [p for p in procs.read_text().split() if p != str(server.proc.pid)] if procs.exists() else []
+                if len(now) > len(members[n]):
+                    members[n] = now
+            time.sleep(0.05)
+        shares = {n: (tenants / f"token-{n}" / "cpu.shares").read_text().strip() for n in ("alice", "bob")}
+        for t in threads:
+            t.join()
+        assert all(seen[n][0]["success"] for n in seen), seen
+        assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
+        assert not set(members["alice"]) & set(members["bob"]), members
+        assert shares == {"alice": "1024", "bob": "1024"}, shares
 
 
 def test_a_tenant_at_its_cpu_limit_weighs_less_than_a_quiet_one_until_it_stops(tmp_path: Path):
@@ -236,57 +245,48 @@ def test_a_tenant_at_its_cpu_limit_weighs_less_than_a_quiet_one_until_it_stops(t
     # weight a group of spinning threads kept a quiet tenant's woken thread waiting tens of ms at a time.
     # No pool: refilling it after bob's call is work in bob's group that counts against his limit, and bob
     # must be quiet here.
-    server, alice, bob = serve(tmp_path, {"sandbox": {"pool_size": 0}})
-    try:
-        check_busy_weighs_less(server, alice, bob)
-    finally:
-        server.stop()
-
-
-def check_busy_weighs_less(server, alice, bob):
-    group = cpu_group(server.proc.pid)
-    if group is None or not (group / "cpu.shares").exists():
-        pytest.skip("no cgroup v1 cpu controller here")
-    assert bob.call("execute_code", {"code": "result = 1"})["success"]
-    tenants = group / "code-execution-mcp" / "tenants"
-    shares = {n: tenants / f"token-{n}" / "cpu.shares" for n in ("alice", "bob")}
-    # A tenant's first call starts its zygote, which counts against its limit and may run into it: bob
-    # settles first (no new throttled period for longer than the server waits before it gives the weight
-    # back, and his weight back; a look right after the call could come before the server's own).
-    stat = tenants / "token-bob" / "cpu.stat"
-    give_up = time.monotonic() + 30
-    last, since = None, time.monotonic()
-    while time.monotonic() < give_up:
-        now = stat.read_text().split("nr_throttled ")[1].split()[0]
-        if now != last:
-            last, since = now, time.monotonic()
-        if time.monotonic() - since > 1.5 and shares["bob"].read_text().strip() == "1024":
-            break
-        time.sleep(0.1)
-    assert shares["bob"].read_text().strip() == "1024"
-    # One busy process per core for 4 s: four times the default limit (25% of all cores) on any machine.
-    busy = max(4, os.cpu_count() or 1)
-    code = ("import multiprocessing, time\n"
-            "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 4: pass\n"
-            f"ps = [multiprocessing.Process(target=burn) for _ in range({busy})]\n"
-            "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
-    answer: dict = {}
-    spinner = threading.Thread(target=lambda: answer.update(alice.call("execute_code", {"code": code})))
-    spinner.start()
-    seen = {"alice": set(), "bob": set()}
-    while spinner.is_alive():
-        for n in seen:
-            seen[n].add(shares[n].read_text().strip())
-        time.sleep(0.05)
-    spinner.join()
-    assert answer.get("success"), answer
-    assert "16" in seen["alice"], seen
-    assert seen["bob"] == {"1024"}, seen
-    # Once it has stopped for a while, the same weight as everyone again.
-    deadline = time.monotonic() + 15
-    while shares["alice"].read_text().strip() != "1024" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert shares["alice"].read_text().strip() == "1024"
+    with serving(tmp_path, {"sandbox": {"pool_size": 0}}) as (server, alice, bob):
+        group = server_cpu_group(server)
+        assert bob.call("execute_code", {"code": "result = 1"})["success"]
+        tenants = group / "code-execution-mcp" / "tenants"
+        shares = {n: tenants / f"token-{n}" / "cpu.shares" for n in ("alice", "bob")}
+        # A tenant's first call starts its zygote, which counts against its limit and may run into it: bob
+        # settles first (no new throttled period for longer than the server waits before it gives the weight
+        # back, and his weight back; a look right after the call could come before the server's own).
+        stat = tenants / "token-bob" / "cpu.stat"
+        give_up = time.monotonic() + 30
+        last, since = None, time.monotonic()
+        while time.monotonic() < give_up:
+            now = stat.read_text().split("nr_throttled ")[1].split()[0]
+            if now != last:
+                last, since = now, time.monotonic()
+            if time.monotonic() - since > 1.5 and shares["bob"].read_text().strip() == "1024":
+                break
+            time.sleep(0.1)
+        assert shares["bob"].read_text().strip() == "1024"
+        # One busy process per core for 4 s: four times the default limit (25% of all cores) on any machine.
+        busy = max(4, os.cpu_count() or 1)
+        code = ("import multiprocessing, time\n"
+                "def burn():\n    t = time.monotonic()\n    while time.monotonic() - t < 4: pass\n"
+                f"ps = [multiprocessing.Process(target=burn) for _ in range({busy})]\n"
+                "[p.start() for p in ps]\n[p.join() for p in ps]\nresult = 'spun'")
+        answer: dict = {}
+        spinner = threading.Thread(target=lambda: answer.update(alice.call("execute_code", {"code": code})))
+        spinner.start()
+        seen = {"alice": set(), "bob": set()}
+        while spinner.is_alive():
+            for n in seen:
+                seen[n].add(shares[n].read_text().strip())
+            time.sleep(0.05)
+        spinner.join()
+        assert answer.get("success"), answer
+        assert "16" in seen["alice"], seen
+        assert seen["bob"] == {"1024"}, seen
+        # Once it has stopped for a while, the same weight as everyone again.
+        deadline = time.monotonic() + 15
+        while shares["alice"].read_text().strip() != "1024" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert shares["alice"].read_text().strip() == "1024"
 
 
 def test_each_tenant_prepares_its_sandboxes_apart_and_cgroup_moves_wait_for_no_grace_period(hosted):
@@ -294,9 +294,7 @@ def test_each_tenant_prepares_its_sandboxes_apart_and_cgroup_moves_wait_for_no_g
     # processes and queued every pool behind a fork bomb's clean-up. And every move between cgroups waited for
     # an RCU grace period under the kernel's cgroup mutex, which a fork bomb stretched to seconds.
     server, alice, bob = hosted
-    group = cpu_group(server.proc.pid)
-    if group is None or not (group / "cpu.shares").exists():
-        pytest.skip("no cgroup v1 cpu controller here")
+    group = server_cpu_group(server)
     for who in (alice, bob):
         assert who.call("execute_code", {"code": "result = 1"})["result"] == 1
     tasks = Path(f"/proc/{server.proc.pid}/task")
@@ -350,9 +348,7 @@ def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cp
     # tenant's group), and every other tenant's requests queued behind it.
     server, alice, bob = serve(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}})
     try:
-        group = cpu_group(server.proc.pid)
-        if group is None or not (group / "cpu.shares").exists():
-            pytest.skip("no cgroup v1 cpu controller here")
+        group = server_cpu_group(server)
         for who in (alice, bob):
             assert who.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})["success"]
         # Each tenant has its own workers, named by its digest (never its id), in its own cpu group.
@@ -390,9 +386,7 @@ def test_each_tenant_may_use_at_most_its_share_of_the_hosts_cpu(tmp_path: Path):
     percent = max(1, 50 // (os.cpu_count() or 1))
     server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_cpu_percent": percent}})
     try:
-        group = cpu_group(server.proc.pid)
-        if group is None or not (group / "cpu.shares").exists():
-            pytest.skip("no cgroup v1 cpu controller here")
+        group = server_cpu_group(server)
         for who in (alice, bob):
             assert who.call("execute_code", {"code": "result = 1"})["result"] == 1
         tenants = group / "code-execution-mcp" / "tenants"

@@ -337,7 +337,7 @@ impl ShareWatch {
             return;
         };
         let throttled = nr_throttled(dir).unwrap_or(0);
-        watched.push(ShareWatch {
+        watched.groups.push(ShareWatch {
             dir: dir.to_path_buf(),
             throttled,
             quiet: 0,
@@ -369,16 +369,16 @@ impl ShareWatch {
     /// There a group is looked at less often, and demoted and restored
     /// later, in proportion.
     fn look_all() {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let Ok(mut watched) = WATCHED.lock() else {
             return;
         };
-        let count = watched.len();
-        let first = NEXT.load(std::sync::atomic::Ordering::Relaxed) % count.max(1);
+        let Watched { groups, next } = &mut *watched;
+        let count = groups.len();
+        let first = *next % count.max(1);
         let take = count.min(LOOKS_PER_TICK);
-        NEXT.store(first + take, std::sync::atomic::Ordering::Relaxed);
+        *next = first + take;
         for i in (first..first + take).map(|i| i % count) {
-            let Some(watch) = watched.get_mut(i) else {
+            let Some(watch) = groups.get_mut(i) else {
                 continue;
             };
             let Some(now) = nr_throttled(&watch.dir) else {
@@ -416,8 +416,17 @@ impl ShareWatch {
     }
 }
 
-/// The tenants' groups that have a bandwidth limit.
-static WATCHED: Mutex<Vec<ShareWatch>> = Mutex::new(Vec::new());
+/// The tenants' groups that have a bandwidth limit, and where the next
+/// tick's looks start.
+struct Watched {
+    groups: Vec<ShareWatch>,
+    next: usize,
+}
+
+static WATCHED: Mutex<Watched> = Mutex::new(Watched {
+    groups: Vec::new(),
+    next: 0,
+});
 
 /// `nr_throttled` of the group at `dir`: the periods in which it ran out of quota.
 fn nr_throttled(dir: &Path) -> Option<u64> {
