@@ -20,6 +20,9 @@ phase. The server's RSS is sampled every second, from its start to 30 s after th
 JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, errors, RSS at start, peak, final,
 how many attacks ran and how they ended, and the ordinary p99 over the requests that ran beside each attack.
 
+CEM_SOAK_TRACE=1 prints each attack's tenant, name, start and end (`time.monotonic()`, the clock every process
+of this machine shares) to stderr, to line a run up with a kernel trace or a sample of the tenants' cgroups.
+
 The attack loops run in a process of their own (each person is a different client: the ordinary tenants' answers
 must not wait for the attack driver's interpreter lock before they are timed).
 
@@ -195,6 +198,8 @@ def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: thre
             outcome = "ok" if answer.get("success") else (answer.get("error") or answer.get("text") or "")[:60]
         except Exception as e:  # noqa: BLE001
             outcome = f"request failed: {str(e)[:60]}"
+        if os.environ.get("CEM_SOAK_TRACE"):
+            print(f"attack {name} {attack} {started:.3f} {time.monotonic():.3f}", file=sys.stderr, flush=True)
         with LOCK:
             out.setdefault("attack_spans", []).append((attack, started, time.monotonic()))
             out.setdefault("attacks", {}).setdefault(attack, {}).setdefault(outcome.split(":")[0], 0)
@@ -344,7 +349,10 @@ def main() -> None:
         phase["name"] = "hostile"
         until = time.monotonic() + args.minutes * 60
         threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "hostile", stop)) for n in ORDINARY]
-        # The attack loops run in a process of their own: in this one they shared the ordinary tenants'
+        # CEM_SOAK_TRACE=1 prints each attack's tenant, name, start and end (`time.monotonic()`, the clock every process
+of this machine shares) to stderr, to line a run up with a kernel trace or a sample of the tenants' cgroups.
+
+The attack loops run in a process of their own: in this one they shared the ordinary tenants'
         # interpreter lock, and an ordinary answer waited for the attack driver's threads before it was timed
         # (each person is a different client; only the server is shared).
         attackers = ATTACKER.Process(target=attack_driver, args=(port, until, ATTACK_PIPE[1]), daemon=True)
