@@ -349,10 +349,7 @@ def main() -> None:
         phase["name"] = "hostile"
         until = time.monotonic() + args.minutes * 60
         threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "hostile", stop)) for n in ORDINARY]
-        # CEM_SOAK_TRACE=1 prints each attack's tenant, name, start and end (`time.monotonic()`, the clock every process
-of this machine shares) to stderr, to line a run up with a kernel trace or a sample of the tenants' cgroups.
-
-The attack loops run in a process of their own: in this one they shared the ordinary tenants'
+        # The attack loops run in a process of their own: in this one they shared the ordinary tenants'
         # interpreter lock, and an ordinary answer waited for the attack driver's threads before it was timed
         # (each person is a different client; only the server is shared).
         attackers = ATTACKER.Process(target=attack_driver, args=(port, until, ATTACK_PIPE[1]), daemon=True)
