@@ -418,6 +418,39 @@ fn learning_from_one_use_of_another_phrasing() {
     assert_eq!(words_with.top1, words_with.needs, "{}", words_with.line());
 }
 
+/// What learning could reach with this model if it knew which searches
+/// repeat a recorded need: only the tools that have records, each ranked by
+/// its closest record (the cosine of the two queries' vectors), no catalog
+/// score and no "none of them". `crates/embed/model/compare.py
+/// --learning-bound` measures the same with a transformer.
+fn nearest_record(recorded: &[&Need], searched: &[&Need]) -> Score {
+    let model = model();
+    let vector = |text: &str| model.embed(split_words(text).iter().map(String::as_str));
+    let records: Vec<(&str, Vec<f32>)> = recorded
+        .iter()
+        .map(|n| (n.answers[0].as_str(), vector(&n.text)))
+        .collect();
+    let mut score = Score::default();
+    for need in searched {
+        let q = vector(&need.text);
+        let mut closest: Vec<(&str, f32)> = Vec::new();
+        for (tool, v) in &records {
+            let cosine = cem_embed::dot(&q, v);
+            match closest.iter_mut().find(|(t, _)| t == tool) {
+                Some((_, best)) => *best = best.max(cosine),
+                None => closest.push((tool, cosine)),
+            }
+        }
+        closest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        score.add(
+            closest
+                .iter()
+                .position(|(t, _)| need.answers.iter().any(|a| a == t)),
+        );
+    }
+    score
+}
+
 /// Learning measured on what it is for: `paraphrases.jsonl` holds a second
 /// phrasing of every need (line for line: other words, other sentence
 /// shape, the concrete names changed in about half). The uses of one half's
@@ -433,6 +466,7 @@ fn learning_from_another_phrasing_of_the_same_need() {
     let second = read_needs("paraphrases.jsonl");
     assert_eq!(second.len(), needs.len());
     let mut totals = [Score::default(); 4];
+    let mut bound = Score::default();
     for half in 0..2 {
         let recorded: Vec<&Need> = needs.iter().filter(|n| n.line % 2 == half).collect();
         let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
@@ -442,6 +476,7 @@ fn learning_from_another_phrasing_of_the_same_need() {
             .filter(|n| n.line % 2 != half && !n.answers.iter().any(|a| tools.contains(a.as_str())))
             .collect();
         let learned = learned_from(&recorded);
+        bound.merge(nearest_record(&recorded, &again));
         let parts = [
             score_of(&hybrid, &again, None),
             score_of(&hybrid, &again, Some(&learned)),
@@ -460,6 +495,7 @@ fn learning_from_another_phrasing_of_the_same_need() {
         unused_before.line()
     );
     println!("tools nobody used, with            {}", unused_after.line());
+    println!("nearest record alone (the bound)   {}", bound.line());
     assert!(after.top3 > before.top3, "{}", after.line());
     // Records of other tools must not push a need's own tool out of the
     // first three more than rarely.
