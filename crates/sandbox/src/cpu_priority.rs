@@ -333,10 +333,10 @@ impl ShareWatch {
     /// tenant runs into its limit.
     fn add(dir: &Path, home: &Path) {
         static STARTED: std::sync::Once = std::sync::Once::new();
+        let throttled = nr_throttled(dir).unwrap_or(0);
         let Ok(mut watched) = WATCHED.lock() else {
             return;
         };
-        let throttled = nr_throttled(dir).unwrap_or(0);
         watched.groups.push(ShareWatch {
             dir: dir.to_path_buf(),
             throttled,
@@ -374,9 +374,8 @@ impl ShareWatch {
         };
         let Watched { groups, next } = &mut *watched;
         let count = groups.len();
-        let first = *next % count.max(1);
-        let take = count.min(LOOKS_PER_TICK);
-        *next = first + take;
+        let (first, take) = tick_window(*next, count);
+        *next = (first + take) % count.max(1);
         for i in (first..first + take).map(|i| i % count) {
             let Some(watch) = groups.get_mut(i) else {
                 continue;
@@ -414,6 +413,14 @@ impl ShareWatch {
         }
         Weight::Keep
     }
+}
+
+/// Where a tick's looks start among `count` groups, and how many it takes,
+/// when the last tick left off at `next`. The caller keeps `next` below the
+/// count (`(first + take) % count`), so that groups added between ticks,
+/// which are appended, do not move where the next tick starts.
+fn tick_window(next: usize, count: usize) -> (usize, usize) {
+    (next % count.max(1), count.min(LOOKS_PER_TICK))
 }
 
 /// The tenants' groups that have a bandwidth limit, and where the next
@@ -477,6 +484,27 @@ mod tests {
         assert_eq!(watch.look(10), Weight::Restore);
         assert_eq!(watch.look(10), Weight::Keep);
         assert_eq!(watch.look(11), Weight::Demote);
+    }
+
+    #[test]
+    fn ticks_take_the_groups_in_turn_and_groups_added_between_them_wait_their_turn() {
+        // 100 groups, 64 looks a tick: 25 ticks look at each exactly 16 times.
+        let (mut next, mut looked) = (0, vec![0u32; 100]);
+        for _ in 0..25 {
+            let (first, take) = tick_window(next, 100);
+            for i in first..first + take {
+                looked[i % 100] += 1;
+            }
+            next = (first + take) % 100;
+        }
+        assert!(looked.iter().all(|n| *n == 16), "{looked:?}");
+        // Two ticks over 100 groups stop at group 28; a hundred groups
+        // added then (at the end) do not move where the third starts.
+        let (first, take) = tick_window(64, 100);
+        assert_eq!((first, take), (64, 64));
+        let next = (first + take) % 100;
+        assert_eq!(tick_window(next, 200), (28, 64));
+        assert_eq!(tick_window(7, 0), (0, 0));
     }
 
     #[test]
