@@ -234,6 +234,7 @@ def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(tmp_pat
         shares = {n: (tenants / f"token-{n}" / "cpu.shares").read_text().strip() for n in ("alice", "bob")}
         for t in threads:
             t.join()
+        assert set(seen) == {"alice", "bob"}, seen
         assert all(seen[n][0]["success"] for n in seen), seen
         assert len(members["alice"]) >= 5 and len(members["bob"]) >= 5, members
         assert not set(members["alice"]) & set(members["bob"]), members
