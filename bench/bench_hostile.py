@@ -21,7 +21,8 @@ JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, erro
 how many attacks ran and how they ended, and the ordinary p99 over the requests that ran beside each attack.
 
 CEM_SOAK_TRACE=1 prints each attack's tenant, name, start and end (`time.monotonic()`, the clock every process
-of this machine shares) to stderr, to line a run up with a kernel trace or a sample of the tenants' cgroups.
+of this machine shares) to stderr, to line a run up with a sample of the tenants' cgroups or a kernel trace
+(record that with `perf sched record -k CLOCK_MONOTONIC`: perf's own clock is another).
 
 The attack loops run in a process of their own (each person is a different client: the ordinary tenants' answers
 must not wait for the attack driver's interpreter lock before they are timed).
@@ -198,10 +199,13 @@ def hostile(port: int, name: str, until: float, out: dict, lane: int, stop: thre
             outcome = "ok" if answer.get("success") else (answer.get("error") or answer.get("text") or "")[:60]
         except Exception as e:  # noqa: BLE001
             outcome = f"request failed: {str(e)[:60]}"
-        if os.environ.get("CEM_SOAK_TRACE"):
-            print(f"attack {name} {attack} {started:.3f} {time.monotonic():.3f}", file=sys.stderr, flush=True)
+        ended = time.monotonic()
+        if os.environ.get("CEM_SOAK_TRACE", "0") not in ("", "0"):
+            # One write per line: four attack threads print at once.
+            sys.stderr.write(f"attack {name} {attack} {started:.3f} {ended:.3f}\n")
+            sys.stderr.flush()
         with LOCK:
-            out.setdefault("attack_spans", []).append((attack, started, time.monotonic()))
+            out.setdefault("attack_spans", []).append((attack, started, ended))
             out.setdefault("attacks", {}).setdefault(attack, {}).setdefault(outcome.split(":")[0], 0)
             out["attacks"][attack][outcome.split(":")[0]] += 1
 
