@@ -374,8 +374,8 @@ impl ShareWatch {
         };
         let Watched { groups, next } = &mut *watched;
         let count = groups.len();
-        let (first, take) = tick_window(*next, count);
-        *next = (first + take) % count.max(1);
+        let (first, take, after) = tick_window(*next, count);
+        *next = after;
         for i in (first..first + take).map(|i| i % count) {
             let Some(watch) = groups.get_mut(i) else {
                 continue;
@@ -415,12 +415,14 @@ impl ShareWatch {
     }
 }
 
-/// Where a tick's looks start among `count` groups, and how many it takes,
-/// when the last tick left off at `next`. The caller keeps `next` below the
-/// count (`(first + take) % count`), so that groups added between ticks,
-/// which are appended, do not move where the next tick starts.
-fn tick_window(next: usize, count: usize) -> (usize, usize) {
-    (next % count.max(1), count.min(LOOKS_PER_TICK))
+/// Where a tick's looks start among `count` groups, how many it takes, and
+/// where the tick after it starts, when the last tick left off at `next`.
+/// That is kept below the count, so that groups added between ticks, which
+/// are appended, do not move where the next tick starts.
+fn tick_window(next: usize, count: usize) -> (usize, usize, usize) {
+    let first = next % count.max(1);
+    let take = count.min(LOOKS_PER_TICK);
+    (first, take, (first + take) % count.max(1))
 }
 
 /// The tenants' groups that have a bandwidth limit, and where the next
@@ -491,20 +493,18 @@ mod tests {
         // 100 groups, 64 looks a tick: 25 ticks look at each exactly 16 times.
         let (mut next, mut looked) = (0, vec![0u32; 100]);
         for _ in 0..25 {
-            let (first, take) = tick_window(next, 100);
+            let (first, take, after) = tick_window(next, 100);
             for i in first..first + take {
                 looked[i % 100] += 1;
             }
-            next = (first + take) % 100;
+            next = after;
         }
         assert!(looked.iter().all(|n| *n == 16), "{looked:?}");
         // Two ticks over 100 groups stop at group 28; a hundred groups
         // added then (at the end) do not move where the third starts.
-        let (first, take) = tick_window(64, 100);
-        assert_eq!((first, take), (64, 64));
-        let next = (first + take) % 100;
-        assert_eq!(tick_window(next, 200), (28, 64));
-        assert_eq!(tick_window(7, 0), (0, 0));
+        assert_eq!(tick_window(64, 100), (64, 64, 28));
+        assert_eq!(tick_window(28, 200), (28, 64, 92));
+        assert_eq!(tick_window(7, 0), (0, 0, 0));
     }
 
     #[test]
