@@ -56,11 +56,8 @@ def test_big_results_are_counted_as_they_arrive_and_none_outlives_the_deadline(t
     # What is measured is the accounting of results. In pii.mode auto each result is also tokenized before
     # the code sees it (detection runs at about 20 MB/s), which would leave the loop one or two calls in 6 s:
     # manual mode keeps the loop fast, and no cpu limit slows it (both are measured elsewhere).
-    server, alice, _ = serve(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}})
-    try:
+    with serving(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}}) as (server, alice, _):
         check_big_results(server, alice)
-    finally:
-        server.stop()
 
 
 def check_big_results(server, alice):
@@ -125,8 +122,7 @@ for i in range(100000):
 
 
 def test_requests_to_the_host_are_counted_and_capped_per_execution(tmp_path: Path):
-    server, alice, _ = serve(tmp_path, {"sandbox": {"max_host_requests": 5}})
-    try:
+    with serving(tmp_path, {"sandbox": {"max_host_requests": 5}}) as (server, alice, _):
         code = """
 errors = []
 for i in range(6):
@@ -153,8 +149,6 @@ result = {"error": error, "after": tokenize_pii('mail ana@example.com')[0]}
         assert answer["success"], answer
         assert "at most" in answer["result"]["error"], answer
         assert answer["result"]["after"] == "mail [EMAIL_1]", answer
-    finally:
-        server.stop()
 
 
 def test_a_sessions_threads_do_not_run_between_its_calls(hosted):
@@ -194,11 +188,7 @@ def server_cpu_group(server) -> Path:
 
 def cpu_group(pid: int) -> Path | None:
     """The v1 cpu cgroup directory of a process, where the host has one."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            return Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
-    return None
+    return cpu_group_of(Path(f"/proc/{pid}"))
 
 
 def test_a_tenants_running_sandboxes_share_one_cpu_group_of_equal_weight(tmp_path: Path):
@@ -347,8 +337,7 @@ def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cp
     # The server's async workers decoded every tenant's upstream messages and serialised its results for
     # the sandbox: a tenant pulling 15 MB results in a loop held them (at the server's cpu weight, outside any
     # tenant's group), and every other tenant's requests queued behind it.
-    server, alice, bob = serve(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}})
-    try:
+    with serving(tmp_path, {"pii": {"mode": "manual"}, "sandbox": {"tenant_cpu_percent": 100}}) as (server, alice, bob):
         group = server_cpu_group(server)
         for who in (alice, bob):
             assert who.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})["success"]
@@ -375,8 +364,6 @@ def test_what_the_host_does_for_a_tenants_call_runs_on_its_own_workers_in_its_cp
         assert in_alice > 2 * elsewhere, spent
         # And bob is served meanwhile by his own workers, as before.
         assert bob.call("execute_code", {"code": "result = 2"})["result"] == 2
-    finally:
-        server.stop()
 
 
 def test_each_tenant_may_use_at_most_its_share_of_the_hosts_cpu(tmp_path: Path):
@@ -385,8 +372,7 @@ def test_each_tenant_may_use_at_most_its_share_of_the_hosts_cpu(tmp_path: Path):
     # bandwidth limit (sandbox.tenant_cpu_percent of all cores); the local tenant has none.
     # Half a core whatever the host has, so that code busy in two threads is past it.
     percent = max(1, 50 // (os.cpu_count() or 1))
-    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_cpu_percent": percent}})
-    try:
+    with serving(tmp_path, {"sandbox": {"tenant_cpu_percent": percent}}) as (server, alice, bob):
         group = server_cpu_group(server)
         for who in (alice, bob):
             assert who.call("execute_code", {"code": "result = 1"})["result"] == 1
@@ -404,11 +390,10 @@ def test_each_tenant_may_use_at_most_its_share_of_the_hosts_cpu(tmp_path: Path):
         assert alice.call("execute_code", {"code": code})["result"] == "spun"
         stat = dict(line.split() for line in (tenants / "token-alice" / "cpu.stat").read_text().splitlines())
         assert int(stat["nr_throttled"]) > 0, stat
-    finally:
-        server.stop()
 
 
 def cpu_group_of(task: Path) -> Path | None:
+    """The v1 cpu cgroup directory of a process or thread given by its /proc directory, where the host has one."""
     for line in (task / "cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         if "cpu" in controllers.split(","):
@@ -467,8 +452,7 @@ def test_an_idle_tenant_gives_its_sandboxes_back_and_comes_back_warm(tmp_path: P
 def test_each_tenant_calls_its_own_upstream_process_and_an_idle_one_stops_it(tmp_path: Path):
     # One process per stdio server for everyone made one tenant's 15 MB results hold the others' calls on the
     # same pipe, and its cancellations crash the server under the others' calls ("Transport closed").
-    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_idle_seconds": 3}})
-    try:
+    with serving(tmp_path, {"sandbox": {"tenant_idle_seconds": 3}}) as (server, alice, bob):
         def upstream_pid(who: Stateless) -> int:
             answer = who.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})
             assert answer["success"], answer
@@ -487,5 +471,3 @@ def test_each_tenant_calls_its_own_upstream_process_and_an_idle_one_stops_it(tmp
             time.sleep(0.5)
         assert not Path(f"/proc/{again}").exists(), "an idle tenant's upstream process still runs"
         assert upstream_pid(alice) not in (a, b, again)
-    finally:
-        server.stop()
