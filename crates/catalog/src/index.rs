@@ -63,6 +63,14 @@ const LEARN_SHARED_FLOOR: f32 = 0.5;
 const LEARN_MEANING_WEIGHT: f32 = 1.0;
 const LEARN_TEMPERATURE: f32 = 0.02;
 const LEARN_MEANING_FLOOR: f32 = 0.65;
+/// The tool words alone rank first keeps its place among the first this
+/// many when records lift other tools, if it held one before: what words
+/// are sure of, meaning keeps in the first three (see the named queries of
+/// the evaluation), and so must learning. "show a commit" wants
+/// `git_show`, which its words find first; records of other needs ("show
+/// the last 5 commits", "show what goes into the next commit") lifted
+/// `git_log` and `git_diff_staged` past it.
+pub const LEARNING_KEEPS_WORDS_FIRST: usize = 3;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
 
@@ -85,6 +93,9 @@ pub struct Why {
     pub named: Option<&'static str>,
     /// What recorded uses added, and the recorded query that counted most.
     pub learned: Option<(f32, String)>,
+    /// Kept in the first [`LEARNING_KEEPS_WORDS_FIRST`] places although
+    /// records lifted other tools past it: words alone rank it first.
+    pub kept_by_words: bool,
     pub deprecated: bool,
 }
 
@@ -314,27 +325,42 @@ impl Catalog {
                 .collect(),
         };
         let wants_deprecated = query_terms.iter().any(|t| t.starts_with("deprecat"));
+        hits.retain(|h| in_category(h.index));
+        let deprecated = |index: usize| self.deprecated[index] && !wants_deprecated;
+        for hit in &mut hits {
+            if deprecated(hit.index) {
+                hit.score *= DEPRECATED_FACTOR;
+            }
+        }
         let learned = learning.map_or_else(HashMap::new, |l| self.learned_boosts(query, l));
+        let mut kept_by_words = None;
         if !learned.is_empty() {
+            let kept =
+                self.words_first_in_top(&hits, &lexical, in_category, LEARNING_KEEPS_WORDS_FIRST);
             let at: HashMap<usize, usize> = hits
                 .iter()
                 .enumerate()
                 .map(|(at, h)| (h.index, at))
                 .collect();
             for (&index, (boost, _)) in &learned {
+                let boost = if deprecated(index) {
+                    boost * DEPRECATED_FACTOR
+                } else {
+                    *boost
+                };
                 match at.get(&index) {
                     Some(&at) => hits[at].score += boost,
-                    None => hits.push(Hit {
+                    None if in_category(index) => hits.push(Hit {
                         index,
-                        score: *boost,
+                        score: boost,
                     }),
+                    None => {}
                 }
             }
-        }
-        hits.retain(|h| in_category(h.index));
-        for hit in &mut hits {
-            if self.deprecated[hit.index] && !wants_deprecated {
-                hit.score *= DEPRECATED_FACTOR;
+            if let Some(kept) = kept
+                && self.keep_in_top(&mut hits, kept, LEARNING_KEEPS_WORDS_FIRST)
+            {
+                kept_by_words = Some(kept);
             }
         }
         // With meaning, the bonus would multiply the cosine too, and lift a
@@ -371,11 +397,80 @@ impl Catalog {
                     learned: learned
                         .get(&hit.index)
                         .map(|(boost, query)| (*boost, query.clone())),
+                    kept_by_words: kept_by_words == Some(hit.index),
                     deprecated: self.deprecated[hit.index],
                 }
             }));
         }
         hits
+    }
+
+    /// The tool words alone rank first, strictly (a tie is no certainty),
+    /// when it also ranks among the first `places` of `hits`: what learning
+    /// must not take from it. Deprecated tools count as the ranking treats
+    /// them (their score already lowered).
+    fn words_first_in_top(
+        &self,
+        hits: &[Hit],
+        lexical: &HashMap<u32, f32>,
+        in_category: impl Fn(usize) -> bool,
+        places: usize,
+    ) -> Option<usize> {
+        // Over the tools with a word in common, not every hit: with meaning,
+        // most of a large catalog is a hit.
+        let (mut first, mut best, mut second) = (None, f32::MIN, f32::MIN);
+        for (&index, &words) in lexical {
+            let index = index as usize;
+            if !in_category(index) {
+                continue;
+            }
+            let words = if self.deprecated[index] {
+                words * DEPRECATED_FACTOR
+            } else {
+                words
+            };
+            if words > best {
+                (first, second, best) = (Some(index), best, words);
+            } else if words > second {
+                second = words;
+            }
+        }
+        let first = first.filter(|_| best > second)?;
+        let hit = hits.iter().find(|h| h.index == first)?;
+        let above = hits.iter().filter(|h| self.ranks_before(h, hit)).count();
+        (above < places).then_some(first)
+    }
+
+    /// Whether `a` comes before `b` in the results: the higher score, then
+    /// the name.
+    fn ranks_before(&self, a: &Hit, b: &Hit) -> bool {
+        a.score
+            .total_cmp(&b.score)
+            .then_with(|| self.entries[b.index].name.cmp(&self.entries[a.index].name))
+            .is_gt()
+    }
+
+    /// Lifts the hit of entry `index`, if it fell below the first `places`,
+    /// to just above the one now in the last of them; whether it did.
+    fn keep_in_top(&self, hits: &mut [Hit], index: usize, places: usize) -> bool {
+        let Some(at) = hits.iter().position(|h| h.index == index) else {
+            return false;
+        };
+        let kept = hits[at];
+        let mut above: Vec<f32> = hits
+            .iter()
+            .filter(|h| h.index != index && self.ranks_before(h, &kept))
+            .map(|h| h.score)
+            .collect();
+        if above.len() < places {
+            return false;
+        }
+        above.sort_by(|a, b| b.total_cmp(a));
+        let Some(last) = places.checked_sub(1).and_then(|p| above.get(p)) else {
+            return false;
+        };
+        hits[at].score = last.next_up();
+        true
     }
 
     /// What recorded uses add to their tools for `query`, with the words of
@@ -796,6 +891,54 @@ mod tests {
         assert_eq!(top(&c, "commit history logs"), "git_log");
         assert_eq!(top(&c, "tiny image"), "getTinyImage");
         assert_eq!(top(&c, "add two numbers sum"), "get-sum");
+    }
+
+    #[test]
+    fn records_of_other_tools_leave_the_words_first_tool_in_the_top_three() {
+        let c = Catalog::new(vec![
+            entry("git", "git_show", "Shows a commit"),
+            entry("git", "git_log", "Shows the commit logs"),
+            entry(
+                "git",
+                "git_diff_staged",
+                "Shows the changes of the next commit",
+            ),
+            entry("github", "list_commits", "Lists the commits of a branch"),
+        ]);
+        let mut learned = Learned::default();
+        for _ in 0..20 {
+            for tool in ["git.git_log", "git.git_diff_staged", "github.list_commits"] {
+                learned.record("show commit", tool, 0);
+            }
+        }
+        let names = |learning: Option<Learning<'_>>| -> Vec<String> {
+            let hits = match learning {
+                Some(learning) => c.search_learned("show a commit", None, 10, learning),
+                None => c.search("show a commit", None, 10),
+            };
+            hits.iter()
+                .map(|h| c.entries()[h.index].name.clone())
+                .collect()
+        };
+        assert_eq!(names(None)[0], "git_show");
+        let learning = Learning {
+            learned: &learned,
+            now: 0,
+        };
+        // The records lift all three above it; it keeps the third place.
+        let with = names(Some(learning));
+        assert_eq!(with.len(), 4, "{with:?}");
+        assert_eq!(with[2], "git_show", "{with:?}");
+        // Explained, the lifted tools say which record lifted them, and the
+        // kept one why it stayed.
+        let why = c.explain("show a commit", None, 10, Some(learning));
+        assert!(why[2].kept_by_words && why.iter().filter(|w| w.kept_by_words).count() == 1);
+        assert!(
+            why.iter()
+                .filter(|w| w.learned.is_some())
+                .all(|w| w.learned.as_ref().is_some_and(|(_, q)| q == "show commit")),
+            "{why:?}"
+        );
     }
 
     #[test]

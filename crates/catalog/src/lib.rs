@@ -21,7 +21,7 @@ pub use cem_embed::StaticModel;
 /// The embedding model compiled in, when there is one (feature `semantic`).
 pub use cem_embed::builtin as builtin_model;
 pub use entry::{Effects, Entry, EntryKind};
-pub use index::{Catalog, Hit, Learning, Why};
+pub use index::{Catalog, Hit, LEARNING_KEEPS_WORDS_FIRST, Learning, Why};
 pub use learned::Learned;
 pub use semantic::{Semantic, texts_to_embed};
 pub use text::{split_words, stem};

@@ -417,6 +417,21 @@ fn learning_from_one_use_of_another_phrasing() {
     );
     assert!(again.top1() >= 0.95, "again {}", again.line());
     assert_eq!(words_with.top1, words_with.needs, "{}", words_with.line());
+    // A descriptive query whose tool was in the first three keeps it there
+    // whatever the records of other needs lift ("show a commit").
+    let learning = Learning {
+        learned: &learned,
+        now: NOW,
+    };
+    for need in &named {
+        let before = rank(&hybrid, need);
+        let after = rank_learned(&hybrid, need, Some(learning));
+        assert!(
+            before.is_none_or(|r| r >= 3) || after.is_some_and(|r| r < 3),
+            "{:?}: rank {before:?} without learning, {after:?} with",
+            need.text
+        );
+    }
 }
 
 /// What learning could reach with this model if it knew which searches

@@ -174,6 +174,12 @@ async fn explain(
         if let Some((boost, words)) = &why.learned {
             reasons.push(format!("learned +{boost:.2} from \"{words}\""));
         }
+        if why.kept_by_words {
+            reasons.push(format!(
+                "kept in the first {}: words alone rank it first",
+                cem_catalog::LEARNING_KEEPS_WORDS_FIRST
+            ));
+        }
         if why.deprecated {
             reasons.push("deprecated (halved)".into());
         }
