@@ -13,18 +13,35 @@
 //! over the whole catalog: BM25 over the weighted fields, as the hybrid
 //! ranking blends it; for a query with a tool's name words, as in
 //! `named.jsonl`, these also carry the name bonuses that ranking by words
-//! alone adds, so figures on that set are approximate).
+//! alone adds, so figures on that set are approximate). With the built-in
+//! model (feature `semantic`), each need also carries what learning from
+//! use works with, so that `compare.py --learning` can weigh the built-in
+//! model and a transformer on the same records: `terms`, its words as a
+//! record keeps them, stemmed; `static`, the built-in model's vector of
+//! those words; `hybrid`, the catalog's hybrid score of every tool it
+//! ranks. `paraphrases.jsonl` (the second phrasing of every need) is
+//! exported too.
 
 #[path = "../tests/search_eval/load.rs"]
 mod load;
 
 use anyhow::Context;
-use cem_catalog::{Catalog, texts_to_embed};
+use cem_catalog::learned::words_of;
+use cem_catalog::{Catalog, Semantic, builtin_model, stem, texts_to_embed};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
     let entries = load::entries();
     let catalog = Catalog::new(entries.clone());
+    let model = builtin_model()
+        .transpose()
+        .context("the built-in model does not load")?;
+    let hybrid = model.map(|m| {
+        (
+            m,
+            Catalog::hybrid(entries.clone(), Semantic::new(m, &entries, None)),
+        )
+    });
     let tools: Vec<_> = entries
         .iter()
         .map(|e| {
@@ -33,17 +50,32 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
     let mut needs = Vec::new();
-    for file in ["needs.jsonl", "named.jsonl"] {
+    for file in ["needs.jsonl", "named.jsonl", "paraphrases.jsonl"] {
         for need in load::read_needs(file) {
             let lexical: Vec<_> = catalog
                 .search_words(&need.text, None, entries.len())
                 .iter()
                 .map(|h| json!([h.index, h.score]))
                 .collect();
-            needs.push(json!({
+            let mut out = json!({
                 "set": file, "line": need.line, "need": need.text,
                 "answers": need.answers, "lexical": lexical,
-            }));
+            });
+            if let Some((model, hybrid)) = &hybrid {
+                let words = words_of(&need.text);
+                let mut terms: Vec<String> = words.iter().map(|w| stem(w)).collect();
+                terms.sort();
+                terms.dedup();
+                let scores: Vec<_> = hybrid
+                    .search(&need.text, None, entries.len())
+                    .iter()
+                    .map(|h| json!([h.index, h.score]))
+                    .collect();
+                out["terms"] = json!(terms);
+                out["static"] = json!(model.embed(words.iter().map(String::as_str)));
+                out["hybrid"] = json!(scores);
+            }
+            needs.push(out);
         }
     }
     let out = json!({"tools": tools, "needs": needs});

@@ -20,6 +20,17 @@ the needs of one half (by line parity) recorded in their first phrasing (`needs.
 searched in their second (`paraphrases.jsonl`), only the recorded tools ranked, each by the cosine of its
 closest record, as if the search knew which queries repeat a recorded need. Then the halves swap. The
 evaluation prints the same for the built-in model ("nearest record alone").
+
+    python3 compare.py eval.json MODEL_DIR --learning
+
+With --learning it runs the whole of learning from use (crates/catalog/src/index.rs, `learned_boosts`:
+records matched by words, and by meaning as a soft nearest neighbour against "none of them" at a floor)
+over the catalog's hybrid ranking, once with the built-in model (the export's vectors and scores) and
+once with this model in its place, for floors of "none of them" from 0.45 to 0.75: the same needs
+recorded in one phrasing and searched in the other (top-1 and top-3), beside the needs whose tools
+nobody used (what the records cost them). It leaves out what moves few needs: the named-first rule,
+deprecated tools, and keeping the tool words rank first in the first three. A floor buys needs asked
+again at the price of needs nobody asked yet; the question is whether a model moves that trade.
 """
 import argparse
 import json
@@ -150,6 +161,61 @@ def learning_bound(enc, prefix):
     print(f"nearest record alone: top-1 {100 * t1 / n:5.1f}%  top-3 {100 * t3 / n:5.1f}%  ({n} needs)")
 
 
+LEARN_WEIGHT, LEARN_SHARED_FLOOR, LEARN_MEANING_WEIGHT = 1.0, 0.5, 1.0
+# One use recorded: 1 - e^-1 of what many give (learned.rs, `weight_at`).
+ONE_USE = 1 - math.exp(-1)
+
+
+def learning_trade(needs, names, base, vector, floor, temperature):
+    """Top-1 and top-3 of the second phrasings with their first recorded, and of the needs nobody used
+    (with `floor` None, without records)."""
+    index = {n: i for i, n in enumerate(names)}
+    first = [n for n in needs if n["set"] == "needs.jsonl"]
+    second = [n for n in needs if n["set"] == "paraphrases.jsonl"]
+    ranks = {"again": [], "unused": []}
+    for half in (0, 1):
+        recorded = [n for n in first if n["line"] % 2 == half]
+        tools = {n["answers"][0] for n in recorded}
+        vectors = np.stack([vector(n) for n in recorded])
+        of = [index[n["answers"][0]] for n in recorded]
+        terms = [set(n["terms"]) for n in recorded]
+        sets = {
+            "again": [n for n in second if n["line"] % 2 == half],
+            "unused": [n for n in second if n["line"] % 2 != half and not tools & set(n["answers"])],
+        }
+        for kind, searched in sets.items():
+            for need in searched:
+                score = base(need).copy()
+                boost = {}
+                if floor is None:
+                    recorded_tools = []
+                else:
+                    recorded_tools = of
+                q = set(need["terms"])
+                for t, rt in zip(recorded_tools, terms):
+                    shared = len(q & rt) / max(1, len(q | rt))
+                    by_words = LEARN_WEIGHT * min(max((shared - LEARN_SHARED_FLOOR) / (1 - LEARN_SHARED_FLOOR), 0), 1)
+                    if by_words > 0:
+                        boost[t] = max(boost.get(t, 0.0), ONE_USE * by_words)
+                nearest = {}
+                for t, c in zip(recorded_tools, vectors @ vector(need)):
+                    nearest[t] = max(nearest.get(t, -1.0), float(c))
+                weights = {t: math.exp((c - floor) / temperature) for t, c in nearest.items()} if nearest else {}
+                total = 1 + sum(weights.values())
+                for t, w in weights.items():
+                    if w / total > 0.01:
+                        boost[t] = max(boost.get(t, 0.0), ONE_USE * LEARN_MEANING_WEIGHT * w / total)
+                for t, b in boost.items():
+                    score[t] = max(score[t], 0.0) + b
+                order = np.argsort(-score, kind="stable")[:20]
+                ranks[kind].append(next((r for r, j in enumerate(order) if names[j] in need["answers"]), None))
+
+    def line(rs):
+        top = lambda k: 100 * sum(1 for r in rs if r is not None and r < k) / len(rs)
+        return f"{top(1):5.1f} {top(3):5.1f}"
+    return line(ranks["again"]), line(ranks["unused"])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("export", nargs="?")
@@ -157,6 +223,7 @@ def main():
     ap.add_argument("--query-prefix", default="")
     ap.add_argument("--doc-prefix", default="")
     ap.add_argument("--learning-bound", action="store_true")
+    ap.add_argument("--learning", action="store_true")
     args = ap.parse_args()
     if args.learning_bound:
         learning_bound(Encoder(args.model), args.query_prefix)
@@ -191,6 +258,26 @@ def main():
         s[(lex == 0) & (cos < MIN_COSINE)] = -1
         return s
 
+    if args.learning:
+        if "static" not in needs[0]:
+            ap.error("this export has no built-in model's vectors: export with the `semantic` feature")
+        for need in needs:
+            need["_static"] = np.array(need["static"], dtype=np.float32)
+            need["_hybrid"] = np.full(len(tools), -1.0)
+            for i, s in need["hybrid"]:
+                need["_hybrid"][i] = s
+        print("model     floor  temp   another phrasing top-1 top-3   nobody used top-1 top-3")
+        for label, base, vector in (
+            ("built-in", lambda n: n["_hybrid"], lambda n: n["_static"]),
+            ("this", hybrid, lambda n: n["_q"]),
+        ):
+            again, unused = learning_trade(needs, names, base, vector, None, None)
+            print(f"{label:9s} no records    {again}{'':16s}{unused}")
+            for floor in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75):
+                for temperature in (0.02, 0.04):
+                    again, unused = learning_trade(needs, names, base, vector, floor, temperature)
+                    print(f"{label:9s} {floor:5.2f}  {temperature:4.2f}   {again}{'':16s}{unused}")
+        return
     for file in ("needs.jsonl", "named.jsonl"):
         subset = [n for n in needs if n["set"] == file]
         print(f"{file:12s} cosine  {scores(subset, names, cosine)}")
