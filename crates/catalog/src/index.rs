@@ -53,16 +53,24 @@ const LEARN_WEIGHT: f32 = 1.0;
 const LEARN_SHARED_FLOOR: f32 = 0.5;
 /// What a recorded use adds at most for a query close in meaning only,
 /// its tool's record standing out from every other tool's (see
-/// `learned_boosts`): as much as words give. The softmax's temperature,
-/// and the cosine of "none of them". Picked on the evaluation from a grid
-/// of weights 0.6 to 1.5, temperatures 0.02 and 0.04 and floors 0.55 to
-/// 0.7: a lower floor lifts more needs searched again in other words
-/// (`paraphrases.jsonl`: top-1 76.6% at 0.6, 71.7% at 0.65, 66.0% at 0.7)
-/// and takes first place from more needs whose tool nobody used yet
-/// (26.7%, 30.0%, 33.3%, against 36.7% without learning).
-const LEARN_MEANING_WEIGHT: f32 = 1.0;
-const LEARN_TEMPERATURE: f32 = 0.02;
+/// `learned_boosts`), the softmax's temperature, the cosine of "none of
+/// them", and how much a record's hubness (`learned::hubs`: how much closer
+/// than the typical record it sits to records of other tools) takes from
+/// its closeness to a query. Picked on the evaluation
+/// (`crates/embed/model/compare.py --learning` replays the search for any
+/// setting) from hubness weights 0, 0.5 and 1, lifts 1.0 and 1.5,
+/// temperatures 0.02 and 0.04 and floors 0.55 to 0.7, for the most needs
+/// searched again in other words (`paraphrases.jsonl`) found first while
+/// needs whose tool nobody used keep as many first places as before: 78.1%
+/// first and 83.8% in the first three (71.7% and 81.1% without the hubness,
+/// at lift 1.0 and temperature 0.02), better on each half of the split
+/// alone (80.3% and 75.9%, against 76.5% and 66.9%), with 30.0% first for
+/// the needs nobody used, as before (36.7% without learning). A lower floor
+/// trades the second for the first: 0.6 gives 81.1% and 20.0%.
+const LEARN_MEANING_WEIGHT: f32 = 1.5;
+const LEARN_TEMPERATURE: f32 = 0.04;
 const LEARN_MEANING_FLOOR: f32 = 0.65;
+const LEARN_HUB_WEIGHT: f32 = 0.5;
 /// The tool words alone rank first keeps its place among the first this
 /// many when records lift other tools, if it held one before: what words
 /// are sure of, meaning keeps in the first three (see the named queries of
@@ -396,7 +404,8 @@ impl Catalog {
                         .map(|(_, how)| *how),
                     learned: learned
                         .get(&hit.index)
-                        .map(|(boost, query)| (*boost, query.clone())),
+                        .zip(learning)
+                        .map(|((boost, at), l)| (*boost, l.learned.uses()[*at].words.join(" "))),
                     kept_by_words: kept_by_words == Some(hit.index),
                     deprecated: self.deprecated[hit.index],
                 }
@@ -473,8 +482,8 @@ impl Catalog {
         true
     }
 
-    /// What recorded uses add to their tools for `query`, with the words of
-    /// the record that added most. Two ways:
+    /// What recorded uses add to their tools for `query`, with the record
+    /// that added most (its place in the records). Two ways:
     ///
     /// - *By words*: a record sharing half or more of the query's stemmed
     ///   words lifts its tool by up to [`LEARN_WEIGHT`], the same words in
@@ -489,8 +498,8 @@ impl Catalog {
     ///   record lifted many wrong tools a little and the right one too
     ///   little: what tells a paraphrase of a recorded need from another
     ///   need is that its record is the closest by a margin.
-    fn learned_boosts(&self, query: &str, learning: Learning<'_>) -> HashMap<usize, (f32, String)> {
-        let mut boosts: HashMap<usize, (f32, String)> = HashMap::new();
+    fn learned_boosts(&self, query: &str, learning: Learning<'_>) -> HashMap<usize, (f32, usize)> {
+        let mut boosts: HashMap<usize, (f32, usize)> = HashMap::new();
         let words = name_words(query);
         let terms = term_set(&words);
         if terms.is_empty() || learning.learned.is_empty() {
@@ -505,9 +514,9 @@ impl Catalog {
         // Per tool: its closest record in meaning (cosine, strength, words).
         let mut nearest: HashMap<usize, (f32, f32, usize)> = HashMap::new();
         let mut lift = |index: usize, boost: f32, at: usize| {
-            let best = boosts.entry(index).or_insert((0.0, String::new()));
+            let best = boosts.entry(index).or_insert((0.0, at));
             if boost > best.0 {
-                *best = (boost, learning.learned.uses()[at].words.join(" "));
+                *best = (boost, at);
             }
         };
         for (at, used) in learning.learned.uses().iter().enumerate() {
@@ -528,7 +537,8 @@ impl Catalog {
             if let (Some(q), Some(v)) = (&q, prepared.vectors.get(at * dims..(at + 1) * dims))
                 && dims > 0
             {
-                let cosine = cem_embed::dot(q, v);
+                let hub = prepared.hubs.get(at).copied().unwrap_or(0.0);
+                let cosine = cem_embed::dot(q, v) - LEARN_HUB_WEIGHT * hub;
                 let closest = nearest.entry(index).or_insert((f32::MIN, 0.0, at));
                 if cosine > closest.0 {
                     *closest = (cosine, strength, at);

@@ -12,11 +12,12 @@
 //! record, where it is kept and when personal data is removed from the
 //! query is the caller's.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cem_embed::StaticModel;
 use serde::{Deserialize, Serialize};
 
+use crate::prepared::Prepared;
 use crate::text::{name_words, stem};
 
 /// A record loses half its weight in this many seconds (two weeks): what a
@@ -57,27 +58,32 @@ impl Use {
 }
 
 /// One tenant's recorded uses.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Learned {
     uses: Vec<Use>,
-    /// Each record's terms and vector, made on the first search after a
-    /// change (embedding 2,000 records on every search cost 4 ms).
+    /// Each record's terms, vector and hubness, made on the first search
+    /// after a change (embedding 2,000 records on every search cost 4 ms).
     #[serde(skip)]
     prepared: OnceLock<Prepared>,
+    /// What was made before the last change, to make the next from.
+    #[serde(skip)]
+    before: Mutex<Option<Prepared>>,
+}
+
+impl Clone for Learned {
+    /// The records; what was made for searches is made again when needed.
+    fn clone(&self) -> Self {
+        Learned {
+            uses: self.uses.clone(),
+            ..Learned::default()
+        }
+    }
 }
 
 impl PartialEq for Learned {
     fn eq(&self, other: &Self) -> bool {
         self.uses == other.uses
     }
-}
-
-/// What a search compares a query with, per record, in the records' order.
-#[derive(Debug, Clone)]
-pub(crate) struct Prepared {
-    pub terms: Vec<Vec<String>>,
-    /// `records × dims` unit vectors (empty without a model).
-    pub vectors: Vec<f32>,
 }
 
 impl Learned {
@@ -109,7 +115,7 @@ impl Learned {
             }),
         }
         self.prune(now);
-        self.prepared = OnceLock::new();
+        self.changed();
         true
     }
 
@@ -143,7 +149,7 @@ impl Learned {
                 .sort_by(|a, b| b.weight_at(now).total_cmp(&a.weight_at(now)));
             self.uses.truncate(MAX_USES);
         }
-        self.prepared = OnceLock::new();
+        self.changed();
     }
 
     /// Every record, strongest first.
@@ -157,7 +163,7 @@ impl Learned {
     pub fn clear(&mut self, tool: Option<&str>) -> usize {
         let before = self.uses.len();
         self.uses.retain(|u| tool.is_some_and(|t| u.tool != t));
-        self.prepared = OnceLock::new();
+        self.changed();
         before - self.uses.len()
     }
 
@@ -173,22 +179,48 @@ impl Learned {
         &self.uses
     }
 
-    /// Each record's terms and (with `model`) vector.
+    /// Each record's terms, and with `model` its vector and hubness; made
+    /// on the first search after a change, from what was made before it.
     pub(crate) fn prepared(&self, model: Option<&StaticModel>) -> &Prepared {
-        self.prepared.get_or_init(|| Prepared {
-            terms: self.uses.iter().map(Use::terms).collect(),
-            vectors: model
-                .map(|m| {
-                    self.uses
-                        .iter()
-                        .flat_map(|u| m.embed(u.words.iter().map(String::as_str)))
-                        .collect()
-                })
-                .unwrap_or_default(),
+        self.prepared.get_or_init(|| {
+            let before = self
+                .before
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            Prepared::build(&self.uses, model, before)
         })
     }
-}
 
+    /// Takes over what `other` made for its searches (the records of the
+    /// same tenant as another copy held them: the store's, the file's), so
+    /// that replacing one copy with the other does not embed and compare
+    /// every record again.
+    pub fn take_prepared_from(&mut self, other: &mut Learned) {
+        let made = other.prepared.take().or_else(|| {
+            other
+                .before
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        });
+        self.changed();
+        *self
+            .before
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = made;
+    }
+
+    /// After a change: what was made is kept to make the next from.
+    fn changed(&mut self) {
+        if let Some(made) = self.prepared.take() {
+            *self
+                .before
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = Some(made);
+        }
+    }
+}
 /// The words of `query` a record keeps: lowercase, as written, stop words
 /// dropped, at most [`MAX_WORDS`].
 pub fn words_of(query: &str) -> Vec<String> {

@@ -11,6 +11,7 @@ mod entry;
 mod fields;
 mod index;
 pub mod learned;
+mod prepared;
 pub mod python;
 pub mod registry;
 mod semantic;

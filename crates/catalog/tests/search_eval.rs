@@ -515,6 +515,12 @@ fn learning_from_another_phrasing_of_the_same_need() {
     println!("tools nobody used, with            {}", unused_after.line());
     println!("nearest record alone (the bound)   {}", bound.line());
     assert!(after.top3 > before.top3, "{}", after.line());
+    // Floors just under today's figures (78.1% and 83.4%), so that a
+    // change that loses what learning finds fails here. They are NOT the
+    // targets of issue 38 (85% and 95%), which this learning does not reach
+    // (BENCHMARKS.md, "A transformer in the whole of learning").
+    assert!(after.top1() >= 0.76, "{}", after.line());
+    assert!(after.top3() >= 0.82, "{}", after.line());
     // Records of other tools must not push a need's own tool out of the
     // first three more than rarely.
     assert!(

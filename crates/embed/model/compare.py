@@ -161,12 +161,27 @@ def learning_bound(enc, prefix):
     print(f"nearest record alone: top-1 {100 * t1 / n:5.1f}%  top-3 {100 * t3 / n:5.1f}%  ({n} needs)")
 
 
-LEARN_WEIGHT, LEARN_SHARED_FLOOR, LEARN_MEANING_WEIGHT = 1.0, 0.5, 1.0
+# crates/catalog/src/index.rs and learned.rs.
+LEARN_WEIGHT, LEARN_SHARED_FLOOR, LEARN_MEANING_WEIGHT, LEARN_HUB_WEIGHT, HUB_NEIGHBOURS = 1.0, 0.5, 1.5, 0.5, 5
 # One use recorded: 1 - e^-1 of what many give (learned.rs, `weight_at`).
 ONE_USE = 1 - math.exp(-1)
 
 
-def learning_trade(needs, names, base, vector, floor, temperature):
+def hubs(vectors, tools):
+    """Each record's hubness less the mean (learned.rs, `hubs`): the mean cosine of its closest records
+    of other tools (every record is a reference here: the evaluation has fewer than 256)."""
+    cos = vectors @ vectors.T
+    raw = []
+    for i in range(len(tools)):
+        other = sorted((c for j, c in enumerate(cos[i]) if tools[j] != tools[i]), reverse=True)[:HUB_NEIGHBOURS]
+        raw.append(sum(other) / len(other) if other else None)
+    known = [r for r in raw if r is not None]
+    mean = sum(known) / max(1, len(known))
+    return np.array([0.0 if r is None else r - mean for r in raw])
+
+
+def learning_trade(needs, names, base, vector, floor, temperature, hub_weight=LEARN_HUB_WEIGHT,
+                   meaning_weight=LEARN_MEANING_WEIGHT):
     """Top-1 and top-3 of the second phrasings with their first recorded, and of the needs nobody used
     (with `floor` None, without records)."""
     index = {n: i for i, n in enumerate(names)}
@@ -179,6 +194,7 @@ def learning_trade(needs, names, base, vector, floor, temperature):
         vectors = np.stack([vector(n) for n in recorded])
         of = [index[n["answers"][0]] for n in recorded]
         terms = [set(n["terms"]) for n in recorded]
+        hub = hubs(vectors, of) * hub_weight
         sets = {
             "again": [n for n in second if n["line"] % 2 == half],
             "unused": [n for n in second if n["line"] % 2 != half and not tools & set(n["answers"])],
@@ -198,13 +214,13 @@ def learning_trade(needs, names, base, vector, floor, temperature):
                     if by_words > 0:
                         boost[t] = max(boost.get(t, 0.0), ONE_USE * by_words)
                 nearest = {}
-                for t, c in zip(recorded_tools, vectors @ vector(need)):
+                for t, c in zip(recorded_tools, vectors @ vector(need) - hub):
                     nearest[t] = max(nearest.get(t, -1.0), float(c))
                 weights = {t: math.exp((c - floor) / temperature) for t, c in nearest.items()} if nearest else {}
                 total = 1 + sum(weights.values())
                 for t, w in weights.items():
                     if w / total > 0.01:
-                        boost[t] = max(boost.get(t, 0.0), ONE_USE * LEARN_MEANING_WEIGHT * w / total)
+                        boost[t] = max(boost.get(t, 0.0), ONE_USE * meaning_weight * w / total)
                 for t, b in boost.items():
                     score[t] = max(score[t], 0.0) + b
                 order = np.argsort(-score, kind="stable")[:20]

@@ -169,8 +169,9 @@ impl Learning {
     }
 
     /// Replaces the records with `learned` (what the shared store holds).
-    pub fn replace(&self, learned: Learned) {
+    pub fn replace(&self, mut learned: Learned) {
         if let Ok(mut mine) = self.learned.write() {
+            learned.take_prepared_from(&mut mine);
             *mine = learned;
         }
         self.save();
@@ -204,8 +205,9 @@ impl Learning {
             return;
         }
         *on_disk = now;
-        let fresh = read(path, &self.tenant);
+        let mut fresh = read(path, &self.tenant);
         if let Ok(mut mine) = self.learned.write() {
+            fresh.take_prepared_from(&mut mine);
             *mine = fresh;
         }
     }
