@@ -205,10 +205,13 @@ impl Learned {
                 .take()
         });
         self.changed();
-        *self
-            .before
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner) = made;
+        // Without anything from `other`, what this copy made is the base.
+        if let Some(made) = made {
+            *self
+                .before
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner) = Some(made);
+        }
     }
 
     /// After a change: what was made is kept to make the next from.
@@ -221,6 +224,7 @@ impl Learned {
         }
     }
 }
+
 /// The words of `query` a record keeps: lowercase, as written, stop words
 /// dropped, at most [`MAX_WORDS`].
 pub fn words_of(query: &str) -> Vec<String> {
