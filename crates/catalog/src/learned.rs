@@ -263,6 +263,52 @@ mod tests {
         assert!(learned.is_empty());
     }
 
+    /// The store's copy replacing this node's, with what this node made
+    /// taken over: the same vectors and hubness as made from nothing.
+    #[cfg(feature = "semantic")]
+    #[test]
+    fn a_copy_that_takes_over_what_another_made_searches_the_same() {
+        let Some(Ok(model)) = cem_embed::builtin() else {
+            panic!("the built-in model does not load");
+        };
+        let mut mine = Learned::default();
+        for (q, t) in [
+            ("show the commit history", "git.git_log"),
+            ("list the files in a folder", "fs.list"),
+            ("what time is it in tokyo", "time.now"),
+        ] {
+            mine.record(q, t, 1000);
+        }
+        mine.prepared(Some(model));
+        // The store has one of them, and two this node has not seen.
+        let mut theirs = Learned::from_uses(
+            [
+                mine.uses[1].clone(),
+                Use {
+                    words: vec!["read".into(), "config".into(), "file".into()],
+                    tool: "fs.read".into(),
+                    weight: 2.0,
+                    last: 1000,
+                },
+                Use {
+                    words: vec!["create".into(), "branch".into()],
+                    tool: "git.git_branch".into(),
+                    weight: 1.0,
+                    last: 1000,
+                },
+            ],
+            1000,
+        );
+        let fresh = theirs.clone();
+        theirs.take_prepared_from(&mut mine);
+        let made = theirs.prepared(Some(model));
+        let expected = fresh.prepared(Some(model));
+        assert_eq!(made.vectors, expected.vectors);
+        assert_eq!(made.hubs, expected.hubs);
+        assert_eq!(made.terms, expected.terms);
+        assert_eq!(made.hubs.len(), 3);
+    }
+
     #[test]
     fn there_are_at_most_max_uses_and_the_weakest_go() {
         let mut learned = Learned::default();
