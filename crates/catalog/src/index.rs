@@ -54,7 +54,7 @@ const LEARN_SHARED_FLOOR: f32 = 0.5;
 /// What a recorded use adds at most for a query close in meaning only,
 /// its tool's record standing out from every other tool's (see
 /// `learned_boosts`), the softmax's temperature, the cosine of "none of
-/// them", and how much a record's hubness (`learned::hubs`: how much closer
+/// them", and how much a record's hubness (`Prepared::hubs`: how much closer
 /// than the typical record it sits to records of other tools) takes from
 /// its closeness to a query. Picked on the evaluation
 /// (`crates/embed/model/compare.py --learning` replays the search for any
@@ -62,7 +62,7 @@ const LEARN_SHARED_FLOOR: f32 = 0.5;
 /// temperatures 0.02 and 0.04 and floors 0.55 to 0.7, for the most needs
 /// searched again in other words (`paraphrases.jsonl`) found first while
 /// needs whose tool nobody used keep as many first places as before: 78.1%
-/// first and 83.8% in the first three (71.7% and 81.1% without the hubness,
+/// first and 83.4% in the first three (71.7% and 81.1% without the hubness,
 /// at lift 1.0 and temperature 0.02), better on each half of the split
 /// alone (80.3% and 75.9%, against 76.5% and 66.9%), with 30.0% first for
 /// the needs nobody used, as before (36.7% without learning). A lower floor
@@ -490,7 +490,8 @@ impl Catalog {
     ///   full and used often giving the most.
     /// - *By meaning*, a soft nearest neighbour: each tool's closest record
     ///   (cosine with the query), and the tools compete in a softmax
-    ///   (temperature [`LEARN_TEMPERATURE`]) against "none of them" at
+    ///   (temperature [`LEARN_TEMPERATURE`]), each record's cosine less
+    ///   [`LEARN_HUB_WEIGHT`] of its hubness, against "none of them" at
     ///   [`LEARN_MEANING_FLOOR`]. A tool whose record stands out from every
     ///   other tool's is lifted by up to [`LEARN_MEANING_WEIGHT`]; where
     ///   several are about as close, none is lifted much. A static model
