@@ -475,7 +475,9 @@ fn nearest_record(recorded: &[&Need], searched: &[&Need]) -> Score {
 /// needs are recorded in their first phrasing, and the same needs are
 /// searched in their second; the needs of the other half whose tools
 /// nobody used are searched too, with and without the records, so that
-/// learning is seen to cost them nothing. Then the halves swap.
+/// learning is seen to cost them nothing. Then the halves swap. Then all
+/// of it the other way round (second phrasings recorded, first searched),
+/// which no constant was picked on.
 #[test]
 fn learning_from_another_phrasing_of_the_same_need() {
     let entries = entries();
@@ -483,29 +485,8 @@ fn learning_from_another_phrasing_of_the_same_need() {
     let needs = needs();
     let second = read_needs("paraphrases.jsonl");
     assert_eq!(second.len(), needs.len());
-    let mut totals = [Score::default(); 4];
-    let mut bound = Score::default();
-    for half in 0..2 {
-        let recorded: Vec<&Need> = needs.iter().filter(|n| n.line % 2 == half).collect();
-        let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
-        let again: Vec<&Need> = second.iter().filter(|n| n.line % 2 == half).collect();
-        let unused: Vec<&Need> = second
-            .iter()
-            .filter(|n| n.line % 2 != half && !n.answers.iter().any(|a| tools.contains(a.as_str())))
-            .collect();
-        let learned = learned_from(&recorded);
-        bound.merge(nearest_record(&recorded, &again));
-        let parts = [
-            score_of(&hybrid, &again, None),
-            score_of(&hybrid, &again, Some(&learned)),
-            score_of(&hybrid, &unused, None),
-            score_of(&hybrid, &unused, Some(&learned)),
-        ];
-        for (total, part) in totals.iter_mut().zip(parts) {
-            total.merge(part);
-        }
-    }
-    let [before, after, unused_before, unused_after] = totals;
+    let ([before, after, unused_before, unused_after], bound) =
+        phrasing_scores(&hybrid, &needs, &second);
     println!("another phrasing, without learning {}", before.line());
     println!("another phrasing, with learning    {}", after.line());
     println!(
@@ -529,4 +510,51 @@ fn learning_from_another_phrasing_of_the_same_need() {
         unused_after.line(),
         unused_before.line()
     );
+    // The other way round, which no constant was picked on: the second
+    // phrasings recorded, the first searched.
+    let ([before, after, unused_before, unused_after], _) =
+        phrasing_scores(&hybrid, &second, &needs);
+    println!("reversed, without learning         {}", before.line());
+    println!("reversed, with learning            {}", after.line());
+    println!(
+        "reversed, nobody used, without     {}",
+        unused_before.line()
+    );
+    println!("reversed, nobody used, with        {}", unused_after.line());
+    assert!(after.top3 > before.top3, "{}", after.line());
+    assert!(
+        unused_after.top3 + unused_after.needs / 20 >= unused_before.top3,
+        "with {} without {}",
+        unused_after.line(),
+        unused_before.line()
+    );
+}
+
+/// Each half's needs recorded in their `first` phrasing and searched in
+/// their `second`, without and with the records, then the needs of the
+/// other half whose tools nobody used, without and with; and the bound.
+fn phrasing_scores(hybrid: &Catalog, first: &[Need], second: &[Need]) -> ([Score; 4], Score) {
+    let mut totals = [Score::default(); 4];
+    let mut bound = Score::default();
+    for half in 0..2 {
+        let recorded: Vec<&Need> = first.iter().filter(|n| n.line % 2 == half).collect();
+        let tools: BTreeSet<&str> = recorded.iter().map(|n| n.answers[0].as_str()).collect();
+        let again: Vec<&Need> = second.iter().filter(|n| n.line % 2 == half).collect();
+        let unused: Vec<&Need> = second
+            .iter()
+            .filter(|n| n.line % 2 != half && !n.answers.iter().any(|a| tools.contains(a.as_str())))
+            .collect();
+        let learned = learned_from(&recorded);
+        bound.merge(nearest_record(&recorded, &again));
+        let parts = [
+            score_of(hybrid, &again, None),
+            score_of(hybrid, &again, Some(&learned)),
+            score_of(hybrid, &unused, None),
+            score_of(hybrid, &unused, Some(&learned)),
+        ];
+        for (total, part) in totals.iter_mut().zip(parts) {
+            total.merge(part);
+        }
+    }
+    (totals, bound)
 }
