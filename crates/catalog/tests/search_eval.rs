@@ -485,42 +485,35 @@ fn learning_from_another_phrasing_of_the_same_need() {
     let needs = needs();
     let second = read_needs("paraphrases.jsonl");
     assert_eq!(second.len(), needs.len());
-    let ([before, after, unused_before, unused_after], bound) =
-        phrasing_scores(&hybrid, &needs, &second);
-    println!("another phrasing, without learning {}", before.line());
-    println!("another phrasing, with learning    {}", after.line());
-    println!(
-        "tools nobody used, without         {}",
-        unused_before.line()
-    );
-    println!("tools nobody used, with            {}", unused_after.line());
+    let (scores, bound) = phrasing_scores(&hybrid, &needs, &second);
+    let after = report_phrasing("another phrasing", "tools nobody used", scores);
     println!("nearest record alone (the bound)   {}", bound.line());
-    assert!(after.top3 > before.top3, "{}", after.line());
     // Floors just under today's figures (78.1% and 83.4%), so that a
     // change that loses what learning finds fails here. They are NOT the
     // targets of issue 38 (85% and 95%), which this learning does not reach
     // (BENCHMARKS.md, "A transformer in the whole of learning").
     assert!(after.top1() >= 0.76, "{}", after.line());
     assert!(after.top3() >= 0.82, "{}", after.line());
-    // Records of other tools must not push a need's own tool out of the
-    // first three more than rarely.
-    assert!(
-        unused_after.top3 + unused_after.needs / 20 >= unused_before.top3,
-        "with {} without {}",
-        unused_after.line(),
-        unused_before.line()
-    );
     // The other way round, which no constant was picked on: the second
     // phrasings recorded, the first searched.
-    let ([before, after, unused_before, unused_after], _) =
-        phrasing_scores(&hybrid, &second, &needs);
-    println!("reversed, without learning         {}", before.line());
-    println!("reversed, with learning            {}", after.line());
-    println!(
-        "reversed, nobody used, without     {}",
-        unused_before.line()
-    );
-    println!("reversed, nobody used, with        {}", unused_after.line());
+    let (scores, _) = phrasing_scores(&hybrid, &second, &needs);
+    report_phrasing("reversed", "reversed, nobody used", scores);
+}
+
+/// Prints the scores of [`phrasing_scores`] and checks what holds either
+/// way round: learning lifts the needs searched again into the first three,
+/// and records of other tools push a need's own tool out of the first
+/// three only rarely. Returns the needs searched again, with learning.
+fn report_phrasing(
+    again: &str,
+    unused: &str,
+    [before, after, unused_before, unused_after]: [Score; 4],
+) -> Score {
+    let label = |what: &str, how: &str| format!("{what}, {how}");
+    println!("{:<35}{}", label(again, "without learning"), before.line());
+    println!("{:<35}{}", label(again, "with learning"), after.line());
+    println!("{:<35}{}", label(unused, "without"), unused_before.line());
+    println!("{:<35}{}", label(unused, "with"), unused_after.line());
     assert!(after.top3 > before.top3, "{}", after.line());
     assert!(
         unused_after.top3 + unused_after.needs / 20 >= unused_before.top3,
@@ -528,6 +521,7 @@ fn learning_from_another_phrasing_of_the_same_need() {
         unused_after.line(),
         unused_before.line()
     );
+    after
 }
 
 /// Each half's needs recorded in their `first` phrasing and searched in
