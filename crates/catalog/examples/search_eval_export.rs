@@ -26,8 +26,8 @@
 mod load;
 
 use anyhow::Context;
-use cem_catalog::learned::words_of;
-use cem_catalog::{Catalog, Semantic, builtin_model, stem, texts_to_embed};
+use cem_catalog::learned::{term_set, words_of};
+use cem_catalog::{Catalog, Semantic, builtin_model, texts_to_embed};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -63,9 +63,7 @@ fn main() -> anyhow::Result<()> {
             });
             if let Some((model, hybrid)) = &hybrid {
                 let words = words_of(&need.text);
-                let mut terms: Vec<String> = words.iter().map(|w| stem(w)).collect();
-                terms.sort();
-                terms.dedup();
+                let terms = term_set(&words);
                 let scores: Vec<_> = hybrid
                     .search(&need.text, None, entries.len())
                     .iter()

@@ -377,11 +377,7 @@ impl Catalog {
             self.add_exact_name_bonus(&mut hits, &name_words(query), limit);
         }
         let named = self.put_named_first(&mut hits, query, category);
-        let order = |a: &Hit, b: &Hit| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
-        };
+        let order = |a: &Hit, b: &Hit| self.result_order(a, b);
         // Only the best `limit` need sorting: with meaning, most of a large
         // catalog scores something.
         if hits.len() > limit && limit > 0 {
@@ -450,13 +446,16 @@ impl Catalog {
         (above < places).then_some(first)
     }
 
-    /// Whether `a` comes before `b` in the results: the higher score, then
-    /// the name.
+    /// The order of the results: the higher score first, then the name.
+    fn result_order(&self, a: &Hit, b: &Hit) -> std::cmp::Ordering {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| self.entries[a.index].name.cmp(&self.entries[b.index].name))
+    }
+
+    /// Whether `a` comes before `b` in the results.
     fn ranks_before(&self, a: &Hit, b: &Hit) -> bool {
-        a.score
-            .total_cmp(&b.score)
-            .then_with(|| self.entries[b.index].name.cmp(&self.entries[a.index].name))
-            .is_gt()
+        self.result_order(a, b).is_lt()
     }
 
     /// Lifts the hit of entry `index`, if it fell below the first `places`,

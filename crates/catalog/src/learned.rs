@@ -233,8 +233,8 @@ pub fn words_of(query: &str) -> Vec<String> {
     words
 }
 
-/// Words stemmed, as a sorted set.
-pub(crate) fn term_set(words: &[String]) -> Vec<String> {
+/// Words stemmed, as a sorted set: what a record's words are compared as.
+pub fn term_set(words: &[String]) -> Vec<String> {
     let mut terms: Vec<String> = words.iter().map(|w| stem(w)).collect();
     terms.sort();
     terms.dedup();
