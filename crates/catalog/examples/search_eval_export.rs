@@ -18,8 +18,11 @@
 //! use works with, so that `compare.py --learning` can weigh the built-in
 //! model and a transformer on the same records: `terms`, its words as a
 //! record keeps them, stemmed; `static`, the built-in model's vector of
-//! those words; `hybrid`, the catalog's hybrid score of every tool it
-//! ranks. `paraphrases.jsonl` (the second phrasing of every need) is
+//! those words; `static_query`, its vector of all the need's words, as
+//! ranking by meaning embeds a query (misspellings not mended); `hybrid`,
+//! the catalog's hybrid score of every tool it ranks. Each tool then also
+//! carries `static`, its vector as the catalog ranks with it (what learning
+//! moves). `paraphrases.jsonl` (the second phrasing of every need) is
 //! exported too.
 
 #[path = "../tests/search_eval/load.rs"]
@@ -27,7 +30,7 @@ mod load;
 
 use anyhow::Context;
 use cem_catalog::learned::{term_set, words_of};
-use cem_catalog::{Catalog, Semantic, builtin_model, texts_to_embed};
+use cem_catalog::{Catalog, Semantic, builtin_model, split_words, texts_to_embed};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -42,11 +45,18 @@ fn main() -> anyhow::Result<()> {
             Catalog::hybrid(entries.clone(), Semantic::new(m, &entries, None)),
         )
     });
+    // The tools' vectors as the catalog ranks with them.
+    let vectors = model.map(|m| Semantic::new(m, &entries, None));
     let tools: Vec<_> = entries
         .iter()
-        .map(|e| {
+        .enumerate()
+        .map(|(i, e)| {
             let [short, long] = texts_to_embed(e);
-            json!({"name": e.qualified_name(), "server": e.category, "short": short, "long": long})
+            let mut tool = json!({"name": e.qualified_name(), "server": e.category, "short": short, "long": long});
+            if let Some(v) = vectors.as_ref().and_then(|s| s.entry_vector(i)) {
+                tool["static"] = json!(v);
+            }
+            tool
         })
         .collect();
     let mut needs = Vec::new();
@@ -71,6 +81,8 @@ fn main() -> anyhow::Result<()> {
                     .collect();
                 out["terms"] = json!(terms);
                 out["static"] = json!(model.embed(words.iter().map(String::as_str)));
+                out["static_query"] =
+                    json!(model.embed(split_words(&need.text).iter().map(String::as_str)));
                 out["hybrid"] = json!(scores);
             }
             needs.push(out);

@@ -1,6 +1,7 @@
 //! The search index: BM25 over weighted fields, plus fuzzy name words.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::entry::Entry;
 use crate::fields::{effect_words, parameters};
@@ -54,23 +55,28 @@ const LEARN_SHARED_FLOOR: f32 = 0.5;
 /// What a recorded use adds at most for a query close in meaning only,
 /// its tool's record standing out from every other tool's (see
 /// `learned_boosts`), the softmax's temperature, the cosine of "none of
-/// them", and how much a record's hubness (`Prepared::hubs`: how much closer
+/// them", how much a record's hubness (`Prepared::hubs`: how much closer
 /// than the typical record it sits to records of other tools) takes from
-/// its closeness to a query. Picked on the evaluation
-/// (`crates/embed/model/compare.py --learning` replays the search for any
-/// setting) from hubness weights 0, 0.5 and 1, lifts 1.0 and 1.5,
-/// temperatures 0.02 and 0.04 and floors 0.55 to 0.7, for the most needs
-/// searched again in other words (`paraphrases.jsonl`) found first while
-/// needs whose tool nobody used keep as many first places as before: 78.1%
-/// first and 83.4% in the first three (71.7% and 81.1% without the hubness,
-/// at lift 1.0 and temperature 0.02), better on each half of the split
-/// alone (80.3% and 75.9%, against 76.5% and 66.9%), with 30.0% first for
-/// the needs nobody used, as before (36.7% without learning). A lower floor
-/// trades the second for the first: 0.6 gives 81.1% and 20.0%.
+/// its closeness to a query, and how far records move their tool's vector
+/// (`Catalog::shifted`). Picked on the evaluation (`compare.py --learning`
+/// replays the search for any setting; BENCHMARKS.md, "Relevance
+/// feedback", has the grid) for the most second phrasings of recorded
+/// needs (`paraphrases.jsonl`) found first and in the first three while
+/// needs whose tool nobody used keep as many first places as before:
+/// 79.2% first and 89.8% in the first three (78.1% and 83.4% without
+/// moving the tools), needs nobody used 30.0% first and 65.0% in the first
+/// three (30.0% and 55.0% before; 36.7% and 56.7% without learning). The
+/// other way round, which no constant was picked on: 81.1% and 90.9%
+/// (78.1% and 86.8% before).
 const LEARN_MEANING_WEIGHT: f32 = 1.5;
 const LEARN_TEMPERATURE: f32 = 0.04;
-const LEARN_MEANING_FLOOR: f32 = 0.65;
+const LEARN_MEANING_FLOOR: f32 = 0.7;
 const LEARN_HUB_WEIGHT: f32 = 0.5;
+const LEARN_SHIFT: f32 = 1.25;
+/// A move that changes a score by less than this is left out: thousands of
+/// used tools each moved a hair from a query about something else would
+/// cost the search more than they change its order.
+const LEARN_MIN_CHANGE: f32 = 0.001;
 /// The tool words alone rank first keeps its place among the first this
 /// many when records lift other tools, if it held one before: what words
 /// are sure of, meaning keeps in the first three (see the named queries of
@@ -99,7 +105,9 @@ pub struct Why {
     pub meaning: Option<(f32, f32)>,
     /// Named by the query: by its whole name or by its name words.
     pub named: Option<&'static str>,
-    /// What recorded uses added, and the recorded query that counted most.
+    /// What recorded uses added (or took: a used tool moved away from a
+    /// query about something else), and the recorded query that counted
+    /// most.
     pub learned: Option<(f32, String)>,
     /// Kept in the first [`LEARNING_KEEPS_WORDS_FIRST`] places although
     /// records lifted other tools past it: words alone rank it first.
@@ -141,6 +149,10 @@ pub struct Catalog {
     category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
     semantic: Option<Semantic>,
+    /// Which catalog this is, among all made in this process: what a
+    /// tenant's records keep for one catalog is kept under this (see
+    /// `Prepared::placed`).
+    id: u64,
 }
 
 impl Catalog {
@@ -243,6 +255,10 @@ impl Catalog {
             by_qualified,
             category_words,
             semantic: None,
+            id: {
+                static MADE: AtomicU64 = AtomicU64::new(1);
+                MADE.fetch_add(1, Ordering::Relaxed)
+            },
         }
     }
 
@@ -340,7 +356,9 @@ impl Catalog {
                 hit.score *= DEPRECATED_FACTOR;
             }
         }
-        let learned = learning.map_or_else(HashMap::new, |l| self.learned_boosts(query, l));
+        let learned = learning.map_or_else(Vec::new, |l| {
+            self.learned_boosts(query, l, closeness.as_ref(), &lexical)
+        });
         let mut kept_by_words = None;
         if !learned.is_empty() {
             let kept =
@@ -350,18 +368,25 @@ impl Catalog {
                 .enumerate()
                 .map(|(at, h)| (h.index, at))
                 .collect();
-            for (&index, (boost, _)) in &learned {
+            for &(index, boost, _) in &learned {
                 let boost = if deprecated(index) {
                     boost * DEPRECATED_FACTOR
                 } else {
-                    *boost
+                    boost
                 };
                 match at.get(&index) {
                     Some(&at) => hits[at].score += boost,
-                    None if in_category(index) => hits.push(Hit {
-                        index,
-                        score: boost,
-                    }),
+                    // Not a hit before (no word in common, meaning too far):
+                    // what it had, and what records add.
+                    None if in_category(index) && boost > 0.0 => {
+                        let had = closeness
+                            .as_ref()
+                            .map_or(0.0, |c| blended(0.0, c.own[index], c.server[index]));
+                        hits.push(Hit {
+                            index,
+                            score: had + boost,
+                        });
+                    }
                     None => {}
                 }
             }
@@ -398,10 +423,15 @@ impl Catalog {
                         .iter()
                         .find(|(i, _)| *i == hit.index)
                         .map(|(_, how)| *how),
+                    // What prints as 0.00 is not a reason.
                     learned: learned
-                        .get(&hit.index)
+                        .iter()
+                        .find(|(index, change, _)| *index == hit.index && change.abs() >= 0.005)
                         .zip(learning)
-                        .map(|((boost, at), l)| (*boost, l.learned.uses()[*at].words.join(" "))),
+                        .and_then(|((_, change, at), l)| {
+                            let words = l.learned.uses().get(*at)?.words.join(" ");
+                            Some((*change, words))
+                        }),
                     kept_by_words: kept_by_words == Some(hit.index),
                     deprecated: self.deprecated[hit.index],
                 }
@@ -481,8 +511,8 @@ impl Catalog {
         true
     }
 
-    /// What recorded uses add to their tools for `query`, with the record
-    /// that added most (its place in the records). Two ways:
+    /// What recorded uses change in their tools' scores for `query`, with
+    /// the record that counted most (its place in the records). Three ways:
     ///
     /// - *By words*: a record sharing half or more of the query's stemmed
     ///   words lifts its tool by up to [`LEARN_WEIGHT`], the same words in
@@ -498,63 +528,180 @@ impl Catalog {
     ///   record lifted many wrong tools a little and the right one too
     ///   little: what tells a paraphrase of a recorded need from another
     ///   need is that its record is the closest by a margin.
-    fn learned_boosts(&self, query: &str, learning: Learning<'_>) -> HashMap<usize, (f32, usize)> {
-        let mut boosts: HashMap<usize, (f32, usize)> = HashMap::new();
+    /// - *By moving the tool* ([`Catalog::shifted`]): its vector moves
+    ///   toward how it was asked for, and its score is what meaning gives
+    ///   it there, higher or lower.
+    fn learned_boosts(
+        &self,
+        query: &str,
+        learning: Learning<'_>,
+        closeness: Option<&Closeness>,
+        lexical: &HashMap<u32, f32>,
+    ) -> Vec<(usize, f32, usize)> {
         let words = name_words(query);
         let terms = term_set(&words);
         if terms.is_empty() || learning.learned.is_empty() {
-            return boosts;
+            return Vec::new();
         }
-        let model = self.semantic.as_ref().map(|s| s.model);
+        let semantic = self.semantic.as_ref();
+        let model = semantic.map(|s| s.model);
         let q = model
             .map(|m| m.embed(words.iter().map(String::as_str)))
             .filter(|v| v.iter().any(|x| *x != 0.0));
         let prepared = learning.learned.prepared(model);
         let dims = model.map_or(0, |m| m.dims());
-        // Per tool: its closest record in meaning (cosine, strength, words).
-        let mut nearest: HashMap<usize, (f32, f32, usize)> = HashMap::new();
-        let mut lift = |index: usize, boost: f32, at: usize| {
-            let best = boosts.entry(index).or_insert((0.0, at));
-            if boost > best.0 {
-                *best = (boost, at);
+        // Each used tool's entry here (and its vector's dot with its shift),
+        // kept for this catalog: no name is looked up per search.
+        let places = prepared.placed(self.id, |used| {
+            let index = *self.by_qualified.get(&used.tool)?;
+            let dot = semantic
+                .and_then(|s| s.vector(index))
+                .map_or(0.0, |(v, _)| cem_embed::dot(v, &used.shift));
+            Some((index, dot))
+        });
+        let tools = prepared.tools.len();
+        // Per used tool: the most its records lift it (lift, record), its
+        // closest record in meaning (cosine, strength, record), and its
+        // records' weighted dots with the query (see `Prepared::query_dot`).
+        let mut lifts: Vec<Option<(f32, usize)>> = vec![None; tools];
+        let mut nearest: Vec<Option<(f32, f32, usize)>> = vec![None; tools];
+        let mut toward = vec![0f32; tools];
+        let mut toward_all = 0f32;
+        let lift = |lifts: &mut Vec<Option<(f32, usize)>>, t: usize, boost: f32, at: usize| {
+            if let Some(best) = lifts.get_mut(t)
+                && best.is_none_or(|(b, _)| boost > b)
+            {
+                *best = Some((boost, at));
             }
         };
         for (at, used) in learning.learned.uses().iter().enumerate() {
-            let Some(&index) = self.by_qualified.get(&used.tool) else {
+            let (Some(&t), Some(recorded)) = (prepared.tool_of.get(at), prepared.terms.get(at))
+            else {
                 continue;
             };
-            let Some(recorded) = prepared.terms.get(at) else {
+            if places.get(t).is_none_or(Option::is_none) {
                 continue;
-            };
+            }
             // One use counts 0.63 of many.
             let strength = 1.0 - (-used.weight_at(learning.now)).exp();
             let common = recorded.iter().filter(|t| terms.contains(t)).count();
             let shared = common as f32 / (recorded.len() + terms.len() - common).max(1) as f32;
             let by_words = LEARN_WEIGHT * above(shared, LEARN_SHARED_FLOOR);
             if by_words > 0.0 {
-                lift(index, strength * by_words, at);
+                lift(&mut lifts, t, strength * by_words, at);
             }
             if let (Some(q), Some(v)) = (&q, prepared.vectors.get(at * dims..(at + 1) * dims))
                 && dims > 0
             {
+                let dot = cem_embed::dot(q, v);
+                let weight = prepared.weights.get(at).copied().unwrap_or(0.0);
+                toward[t] += weight * dot;
+                toward_all += weight * dot;
                 let hub = prepared.hubs.get(at).copied().unwrap_or(0.0);
-                let cosine = cem_embed::dot(q, v) - LEARN_HUB_WEIGHT * hub;
-                let closest = nearest.entry(index).or_insert((f32::MIN, 0.0, at));
-                if cosine > closest.0 {
-                    *closest = (cosine, strength, at);
+                let cosine = dot - LEARN_HUB_WEIGHT * hub;
+                if nearest[t].is_none_or(|(c, _, _)| cosine > c) {
+                    nearest[t] = Some((cosine, strength, at));
                 }
             }
         }
         let weight = |cosine: f32| ((cosine - LEARN_MEANING_FLOOR) / LEARN_TEMPERATURE).exp();
         // "None of them" weighs 1 (the floor); a tool below it weighs less.
-        let total: f32 = 1.0 + nearest.values().map(|(c, _, _)| weight(*c)).sum::<f32>();
-        for (index, (cosine, strength, at)) in nearest {
-            let share = weight(cosine) / total;
-            if share > 0.01 {
-                lift(index, strength * LEARN_MEANING_WEIGHT * share, at);
+        let total: f32 = 1.0
+            + nearest
+                .iter()
+                .flatten()
+                .map(|(c, _, _)| weight(*c))
+                .sum::<f32>();
+        for (t, near) in nearest.iter().enumerate() {
+            if let Some((cosine, strength, at)) = *near {
+                let share = weight(cosine) / total;
+                if share > 0.01 {
+                    lift(&mut lifts, t, strength * LEARN_MEANING_WEIGHT * share, at);
+                }
             }
         }
-        boosts
+        let moves = closeness.map(|closeness| {
+            let toward: Vec<f32> = (0..tools)
+                .map(|t| prepared.query_dot(t, &toward, toward_all))
+                .collect();
+            self.shifted(prepared, &places, &toward, learning.now, closeness, lexical)
+        });
+        let mut changes = Vec::new();
+        for (t, place) in places.iter().enumerate() {
+            let Some((index, _)) = *place else {
+                continue;
+            };
+            let moved = moves
+                .as_ref()
+                .and_then(|m| m.get(t).copied())
+                .unwrap_or(0.0);
+            // The move adds to (or takes from) what lifted the tool; its
+            // record is then the tool's closest one.
+            let change = match lifts[t] {
+                Some((lift, at)) => Some((lift + moved, at)),
+                None => nearest[t]
+                    .filter(|_| moved.abs() >= LEARN_MIN_CHANGE)
+                    .map(|(_, _, at)| (moved, at)),
+            };
+            if let Some((change, at)) = change {
+                changes.push((index, change, at));
+            }
+        }
+        changes
+    }
+
+    /// What moving each used tool's vector changes in its score, per used
+    /// tool (0 for one the catalog lacks): relevance feedback (Rocchio 1971)
+    /// on the tool's side. The vector moves by [`LEARN_SHIFT`] times the
+    /// strength of its records (one use 0.63 of many) times its shift
+    /// (`UsedTool::shift`: its records' mean less
+    /// [`crate::prepared::SHIFT_CENTRE`] times the other tools' records'
+    /// mean), and keeps its length. A query in other words than the record
+    /// comes closer to the tool as far as it is closer to how this tool was
+    /// asked for than to how the others were; a query about something else
+    /// moves away from it. The tool then competes in meaning as every other
+    /// does, with its words and its server, rather than against a floor.
+    /// The query's dot with each shift comes from its dots with the records
+    /// (`toward`), the tool vector's from `places`: a search adds no pass
+    /// over the vectors.
+    fn shifted(
+        &self,
+        prepared: &crate::prepared::Prepared,
+        places: &[Option<(usize, f32)>],
+        toward: &[f32],
+        now: u64,
+        closeness: &Closeness,
+        lexical: &HashMap<u32, f32>,
+    ) -> Vec<f32> {
+        let Some(semantic) = self.semantic.as_ref() else {
+            return Vec::new();
+        };
+        let best = lexical.values().fold(0f32, |m, s| m.max(*s));
+        let change =
+            |used: &crate::prepared::UsedTool, place: &Option<(usize, f32)>, query_dot: f32| {
+                let (index, vector_dot) = (*place)?;
+                let (_, length2) = semantic.vector(index)?;
+                let (own, server) = (*closeness.own.get(index)?, *closeness.server.get(index)?);
+                // One use counts 0.63 of many.
+                let k = LEARN_SHIFT * (1.0 - (-used.weight_at(now)).exp());
+                // |v + k·s|² = |v|² + 2k v·s + k²|s|²
+                let moved2 = length2 + 2.0 * k * vector_dot + k * k * used.length2;
+                if length2 <= f32::MIN_POSITIVE || moved2 <= f32::MIN_POSITIVE {
+                    return None;
+                }
+                let cosine = (own + k * query_dot) * (length2 / moved2).sqrt();
+                let lex = lexical
+                    .get(&(index as u32))
+                    .map_or(0.0, |s| s / best.max(f32::MIN_POSITIVE));
+                Some(blended(lex, cosine, server) - blended(lex, own, server))
+            };
+        prepared
+            .tools
+            .iter()
+            .zip(places)
+            .zip(toward)
+            .map(|((used, place), &query_dot)| change(used, place, query_dot).unwrap_or(0.0))
+            .collect()
     }
 
     /// BM25 over the weighted fields, with misspelt and prefix matches of
@@ -845,13 +992,19 @@ fn blend(lexical: &HashMap<u32, f32>, closeness: &Closeness) -> Vec<Hit> {
             None if *cosine < MIN_COSINE => continue,
             None => 0.0,
         };
-        let meaning = (cosine + SERVER_WEIGHT * server).max(0.0);
         hits.push(Hit {
             index,
-            score: LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * meaning,
+            score: blended(lex, *cosine, *server),
         });
     }
     hits
+}
+
+/// A tool's score from its scaled lexical score, its cosine and its
+/// server's.
+fn blended(lex: f32, cosine: f32, server: f32) -> f32 {
+    let meaning = (cosine + SERVER_WEIGHT * server).max(0.0);
+    LEXICAL_SHARE * lex + (1.0 - LEXICAL_SHARE) * meaning
 }
 
 #[cfg(test)]
@@ -1090,5 +1243,135 @@ mod tests {
         assert_eq!(odd.find("awk.GET_SUM", None).len(), 2);
         assert_eq!(c.find("get_sum", Some("everything")).len(), 1);
         assert!(c.find("git_log", Some("fs")).is_empty());
+    }
+}
+
+#[cfg(all(test, feature = "semantic"))]
+mod learning_tests {
+    use super::*;
+
+    fn hybrid() -> Catalog {
+        hybrid_of(false)
+    }
+
+    /// The catalog, its entries in reverse order when `reversed`.
+    fn hybrid_of(reversed: bool) -> Catalog {
+        let entries = vec![
+            Entry::upstream(
+                "git",
+                &serde_json::json!({"name": "git_log", "description": "Shows the commit logs"}),
+                None,
+            ),
+            Entry::upstream(
+                "git",
+                &serde_json::json!({"name": "git_diff", "description": "Shows differences between branches or commits"}),
+                None,
+            ),
+            Entry::upstream(
+                "fs",
+                &serde_json::json!({"name": "read_text_file", "description": "Read the complete contents of a file as text"}),
+                None,
+            ),
+            Entry::upstream(
+                "fs",
+                &serde_json::json!({"name": "list_directory", "description": "Get a detailed listing of all files and directories in a specified path"}),
+                None,
+            ),
+            Entry::upstream(
+                "time",
+                &serde_json::json!({"name": "get_current_time", "description": "Get current time in a specific timezone"}),
+                None,
+            ),
+        ]
+        .into_iter()
+        .flatten();
+        let entries: Vec<Entry> = if reversed {
+            entries.rev().collect()
+        } else {
+            entries.collect()
+        };
+        let Some(Ok(model)) = cem_embed::builtin() else {
+            panic!("the built-in model does not load");
+        };
+        Catalog::hybrid(entries.clone(), Semantic::new(model, &entries, None))
+    }
+
+    /// A use moves its tool toward how it was asked for: a search in other
+    /// words finds it first, and `explain` says by how much and from which
+    /// record; a search for something else does not.
+    #[test]
+    fn a_use_moves_its_tool_toward_how_it_was_asked_for() {
+        let c = hybrid();
+        let mut learned = Learned::default();
+        learned.record("who changed what lately", "git.git_log", 0);
+        learned.record(
+            "print the contents of settings.toml",
+            "fs.read_text_file",
+            0,
+        );
+        let learning = Learning {
+            learned: &learned,
+            now: 0,
+        };
+        let query = "recent edits and their authors";
+        let first = |learning: Option<Learning<'_>>| {
+            let why = c.explain(query, None, 5, learning);
+            why.first()
+                .map(|w| c.entries()[w.hit.index].qualified_name())
+        };
+        assert_ne!(first(None).as_deref(), Some("git.git_log"));
+        assert_eq!(first(Some(learning)).as_deref(), Some("git.git_log"));
+        let why = c.explain(query, None, 5, Some(learning));
+        let Some((change, words)) = &why[0].learned else {
+            panic!("{why:?}");
+        };
+        assert!(
+            *change > 0.0 && words == "who changed what lately",
+            "{why:?}"
+        );
+
+        // Asked for the time, the used tools stay below the time tool.
+        let time = c.search_learned("what hour is it in Paris", None, 5, learning);
+        assert_eq!(c.entries()[time[0].index].name, "get_current_time");
+    }
+
+    /// What a search keeps of the records for one catalog's vectors is not
+    /// used for another's: the same records searched through two catalogs
+    /// (the same tools in another order, as after a server reconnects)
+    /// rank as a fresh copy of them does.
+    #[test]
+    fn records_searched_through_two_catalogs_rank_alike() {
+        let (a, b) = (hybrid_of(false), hybrid_of(true));
+        let mut learned = Learned::default();
+        learned.record("who changed what lately", "git.git_log", 0);
+        learned.record(
+            "print the contents of settings.toml",
+            "fs.read_text_file",
+            0,
+        );
+        learned.record("which folders are here", "fs.list_directory", 0);
+        let names = |c: &Catalog, learned: &Learned, query: &str| -> Vec<(String, String)> {
+            let learning = Learning { learned, now: 0 };
+            c.search_learned(query, None, 5, learning)
+                .iter()
+                .map(|h| {
+                    (
+                        c.entries()[h.index].qualified_name(),
+                        format!("{:.5}", h.score),
+                    )
+                })
+                .collect()
+        };
+        for query in [
+            "recent edits and their authors",
+            "show a file",
+            "what hour is it",
+        ] {
+            let through_a = names(&a, &learned, query);
+            let through_b = names(&b, &learned, query);
+            assert_eq!(through_a, names(&a, &learned.clone(), query), "{query}");
+            assert_eq!(through_b, names(&b, &learned.clone(), query), "{query}");
+            assert_eq!(names(&a, &learned, query), through_a, "{query}");
+        }
     }
 }

@@ -14,6 +14,9 @@ pub struct Semantic {
     pub(crate) model: &'static StaticModel,
     /// `entries × dims`; an entry with no known word has zeros.
     pub(crate) vectors: Vec<f32>,
+    /// Each entry's vector's squared length (the mean of two unit vectors
+    /// is shorter than one).
+    lengths2: Vec<f32>,
     /// Each entry's category (its server), as an index into `centroids`.
     category_of: Vec<u32>,
     /// `categories × dims`: the unit mean of each category's vectors, what
@@ -81,12 +84,28 @@ impl Semantic {
                 category_of[i] = index;
             }
         }
+        let lengths2 = vectors.chunks_exact(dims).map(|v| dot(v, v)).collect();
         Semantic {
             model,
+            lengths2,
             vectors,
             category_of,
             centroids,
         }
+    }
+
+    /// Entry `index`'s vector, as ranking by meaning compares queries with
+    /// it (the mean of the two texts' unit vectors, see [`texts_to_embed`]).
+    pub fn entry_vector(&self, index: usize) -> Option<&[f32]> {
+        self.vector(index).map(|(v, _)| v)
+    }
+
+    /// Entry `index`'s vector (zeros for an entry with no known word) and
+    /// its squared length.
+    pub(crate) fn vector(&self, index: usize) -> Option<(&[f32], f32)> {
+        let dims = self.model.dims();
+        let vector = self.vectors.get(index * dims..(index + 1) * dims)?;
+        Some((vector, *self.lengths2.get(index)?))
     }
 
     /// The cosine of a query (its lowercase words) with every entry and

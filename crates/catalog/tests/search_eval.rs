@@ -488,16 +488,17 @@ fn learning_from_another_phrasing_of_the_same_need() {
     let (scores, bound) = phrasing_scores(&hybrid, &needs, &second);
     let after = report_phrasing("another phrasing", "tools nobody used", scores);
     println!("nearest record alone (the bound)   {}", bound.line());
-    // Floors just under today's figures (78.1% and 83.4%), so that a
+    // Floors just under today's figures (79.2% and 89.8%), so that a
     // change that loses what learning finds fails here. They are NOT the
     // targets of issue 38 (85% and 95%), which this learning does not reach
-    // (BENCHMARKS.md, "A transformer in the whole of learning").
-    assert!(after.top1() >= 0.76, "{}", after.line());
-    assert!(after.top3() >= 0.82, "{}", after.line());
+    // (BENCHMARKS.md, "Relevance feedback").
+    assert!(after.top1() >= 0.78, "{}", after.line());
+    assert!(after.top3() >= 0.89, "{}", after.line());
     // The other way round, which no constant was picked on: the second
-    // phrasings recorded, the first searched.
+    // phrasings recorded, the first searched (81.1% and 90.9%).
     let (scores, _) = phrasing_scores(&hybrid, &second, &needs);
-    report_phrasing("reversed", "reversed, nobody used", scores);
+    let reversed = report_phrasing("reversed", "reversed, nobody used", scores);
+    assert!(reversed.top3() >= 0.90, "{}", reversed.line());
 }
 
 /// Prints the scores of [`phrasing_scores`] and checks what holds either

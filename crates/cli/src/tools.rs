@@ -172,7 +172,7 @@ async fn explain(
             reasons.push(format!("named by {how}"));
         }
         if let Some((boost, words)) = &why.learned {
-            reasons.push(format!("learned +{boost:.2} from \"{words}\""));
+            reasons.push(format!("learned {boost:+.2} from \"{words}\""));
         }
         if why.kept_by_words {
             reasons.push(format!(
