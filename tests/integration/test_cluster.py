@@ -477,3 +477,36 @@ def test_what_search_learned_on_one_node_ranks_on_another(tmp_path: Path):
         assert after[0] == "git.git_log", after
     finally:
         teardown(d)
+
+
+def test_a_search_on_one_node_learns_from_a_use_on_another(tmp_path: Path):
+    # A stateless client (protocol 2026-07-28) has no session that pins it to a node: its search may
+    # reach one node and its next request, the use of what it found, another.
+    from conftest import SERVERS_PYTHON
+
+    git = {"git": {"command": str(SERVERS_PYTHON), "args": ["-m", "mcp_server_git"]}}
+    d = deploy(tmp_path, n=2, extra={"mcpServers": git})
+    try:
+        n1, n2 = d.node_url(0), d.node_url(1)
+        query = "who touched the code recently"
+        found = body(rpc(n1, "search_tools", {"query": query, "detail_level": "name", "limit": 10})[0])["tools"]
+        assert "git.git_log" in found, found
+        for _ in range(2):  # read twice: one use, as a loop of calls is
+            assert body(rpc(n2, "get_tool_definition", {"tool_name": "git.git_log"})[0])["success"]
+        deadline = time.monotonic() + 20
+        rows = ""
+        while time.monotonic() < deadline and not rows.strip():
+            rows = d.pg.psql("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned WHERE tenant = 'token-alice'")
+            time.sleep(0.2)
+        assert rows.strip() == "who touched code recently -> git.git_log 1", rows
+        # Another tool used after the same search, on both nodes: recorded once.
+        assert body(rpc(n1, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
+        assert body(rpc(n2, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and "git_status" not in rows:
+            rows = d.pg.psql("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned WHERE tenant = 'token-alice' ORDER BY tool")
+            time.sleep(0.2)
+        assert rows.split("\n") == ["who touched code recently -> git.git_log 1",
+                                     "who touched code recently -> git.git_status 1"], rows
+    finally:
+        teardown(d)

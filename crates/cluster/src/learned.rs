@@ -70,6 +70,53 @@ impl Cluster {
             .collect())
     }
 
+    /// Remembers `query` (personal data already removed) as the last search
+    /// of `session`, a session any node may serve (a stateless client's),
+    /// at `now` (Unix seconds): the use of what it found may reach another
+    /// node.
+    pub async fn remember_search(
+        &self,
+        tenant: &str,
+        session: &str,
+        query: &str,
+        now: i64,
+    ) -> Result<(), ClusterError> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO cem_last_search (tenant, session, query, at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (tenant, session) DO UPDATE SET query = $3, at = $4, used = '{}'",
+                &[&tenant, &session, &query, &now],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// `session` used `tool` at `now`: its last search, if made within
+    /// `recent` seconds and not yet answered by `tool`, is claimed for it
+    /// and returned; once per search and tool, whichever node asks first.
+    pub async fn claim_search(
+        &self,
+        tenant: &str,
+        session: &str,
+        tool: &str,
+        now: i64,
+        recent: i64,
+    ) -> Result<Option<String>, ClusterError> {
+        Ok(self
+            .client()
+            .await?
+            .query_opt(
+                "UPDATE cem_last_search SET used = array_append(used, $3::text)
+                 WHERE tenant = $1 AND session = $2 AND at >= $4::bigint - $5::bigint
+                   AND NOT ($3::text = ANY (used))
+                 RETURNING query",
+                &[&tenant, &session, &tool, &now, &recent],
+            )
+            .await?
+            .map(|row| row.get(0)))
+    }
+
     /// Forgets the tenant's records, or those of `tool`; how many went.
     pub async fn forget_learned(
         &self,

@@ -62,6 +62,16 @@ CREATE TABLE cem_learned (
 );
 "#,
     ),
+    (
+        3,
+        r#"
+CREATE TABLE cem_last_search (
+    tenant text NOT NULL, session text NOT NULL, query text NOT NULL, at bigint NOT NULL,
+    used text[] NOT NULL DEFAULT '{}',
+    PRIMARY KEY (tenant, session)
+);
+"#,
+    ),
 ];
 
 /// Applies the migrations this store lacks, under a lock so nodes that

@@ -219,38 +219,101 @@ impl AuditSink for SharedAudit {
     }
 }
 
-/// Records that `session` used `tool` after its last search (see
-/// [`crate::learning::Learning::used`]), here at once and in the shared
-/// store from a task of its own (a slow store never holds up the call).
-pub fn used_tool(state: &AppState, session: &str, tool: &str) {
-    let Some(query) = state.learning.used(session, tool) else {
+/// Remembers `query` as `session`'s last search (see
+/// [`crate::learning::Learning::searched`]), and for a session any node may
+/// serve (a stateless client's, keyed by its principal) in the shared store
+/// too, before the results go back: the client's next request, a use of
+/// what it found, may reach another node. A store that does not answer in
+/// [`STORE_WAIT`] costs that search its learning, said in the log.
+pub async fn searched(state: &AppState, session: &Session, query: &str) {
+    let Some(clean) = state.learning.searched(&session.key, query) else {
         return;
     };
-    let Some(cluster) = state.cluster.clone() else {
+    let Some(cluster) = state.cluster.as_ref().filter(|_| shared_vault(session)) else {
         return;
     };
+    let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
+    let remembered = tokio::time::timeout(
+        STORE_WAIT,
+        cluster.remember_search(&state.tenant, &session.key, &clean, now),
+    )
+    .await;
+    let error = match remembered {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("the store did not answer in {} s", STORE_WAIT.as_secs()),
+    };
+    tracing::warn!(error = %error, tenant = %cem_config::tenant_digest(&state.tenant),
+        "a search was not remembered in the store; a use of what it found on another node will not be learned from");
+}
+
+/// The longest a search waits for the store to remember it.
+const STORE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Records that `session` used `tool` after its last search, once per
+/// search and tool. A session of one node (a connection, a legacy HTTP
+/// session) has its last search here ([`crate::learning::Learning::used`]);
+/// the use is recorded at once, and in the shared store from a task of its
+/// own (a slow store never holds up the call). A session any node may
+/// serve has its last search in the store, which the use claims there,
+/// whichever node it reaches: then the use is recorded here and in the
+/// store, from that task.
+pub fn used_tool(state: &Arc<AppState>, session: &Session, tool: &str) {
+    if !state.learning.enabled() {
+        return;
+    }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    let words = cem_catalog::learned::words_of(&query).join(" ");
     let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
-    let (tenant, tool) = (state.tenant.clone(), tool.to_string());
+    let shared = state.cluster.clone().filter(|_| shared_vault(session));
+    let Some(cluster) = shared else {
+        let Some(query) = state.learning.used(&session.key, tool) else {
+            return;
+        };
+        if let Some(cluster) = state.cluster.clone() {
+            let (tenant, tool) = (state.tenant.clone(), tool.to_string());
+            runtime.spawn(async move { store_use(&cluster, &tenant, &query, &tool, now).await });
+        }
+        return;
+    };
+    let (state, key, tool) = (Arc::clone(state), session.key.clone(), tool.to_string());
     runtime.spawn(async move {
-        let learned = cluster
-            .learn(
-                &tenant,
-                &words,
-                &tool,
-                now,
-                cem_catalog::learned::HALF_LIFE_SECS,
-                cem_catalog::learned::MAX_USES as i64,
-            )
-            .await;
-        if let Err(e) = learned {
-            tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&tenant),
-                "a use search learned was not stored; other nodes will not rank with it, and this node drops it at its next read of the store");
+        let recent = i64::try_from(crate::learning::RECENT.as_secs()).unwrap_or(i64::MAX);
+        match cluster
+            .claim_search(&state.tenant, &key, &tool, now, recent)
+            .await
+        {
+            Ok(Some(query)) => {
+                state.learning.record(&query, &tool);
+                store_use(&cluster, &state.tenant, &query, &tool, now).await;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant),
+                    "the store could not say which search a use answers; it is not learned from");
+            }
         }
     });
+}
+
+/// Adds a use to the tenant's records in the store.
+async fn store_use(cluster: &Cluster, tenant: &str, query: &str, tool: &str, now: i64) {
+    let words = cem_catalog::learned::words_of(query).join(" ");
+    let learned = cluster
+        .learn(
+            tenant,
+            &words,
+            tool,
+            now,
+            cem_catalog::learned::HALF_LIFE_SECS,
+            cem_catalog::learned::MAX_USES as i64,
+        )
+        .await;
+    if let Err(e) = learned {
+        tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(tenant),
+            "a use search learned was not stored; other nodes will not rank with it, and this node drops it at its next read of the store");
+    }
 }
 
 /// Reads the tenant's records from the shared store, at most every

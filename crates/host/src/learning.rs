@@ -7,7 +7,9 @@
 //! kept in `<tenant>/search/learned.json` (written at each change; an edit
 //! of the file, such as `tools learned --clear`, is read back before the
 //! next search), and with a store shared by nodes also there, so every
-//! node learns what any node saw.
+//! node learns what any node saw. A session any node may serve (a
+//! stateless client's) has its last search in the store instead, where a
+//! use on any node claims it (`crate::cluster::searched` and `used_tool`).
 //!
 //! `search.learn: false` records nothing and searches without the records.
 
@@ -88,14 +90,15 @@ impl Learning {
     }
 
     /// Remembers `query` as `session`'s last search, its personal data and
-    /// secrets removed.
-    pub fn searched(&self, session: &str, query: &str) {
+    /// secrets removed; returns what is remembered (None when learning is
+    /// off).
+    pub fn searched(&self, session: &str, query: &str) -> Option<String> {
         if !self.enabled {
-            return;
+            return None;
         }
         let clean = without_personal_data(query);
         let Ok(mut recent) = self.recent.lock() else {
-            return;
+            return None;
         };
         if recent.len() >= SESSIONS && !recent.contains_key(session) {
             let oldest = recent
@@ -109,11 +112,30 @@ impl Learning {
         recent.insert(
             session.to_string(),
             Recent {
-                query: clean,
+                query: clean.clone(),
                 at: Instant::now(),
                 recorded: Vec::new(),
             },
         );
+        Some(clean)
+    }
+
+    /// Records a use of `tool` after `query`, a search this node did not
+    /// see (the shared store's claim of it, see
+    /// [`crate::cluster::used_tool`]).
+    pub fn record(&self, query: &str, tool: &str) {
+        if !self.enabled {
+            return;
+        }
+        self.follow_disk();
+        let recorded = self
+            .learned
+            .write()
+            .map(|mut learned| learned.record(query, tool, now()))
+            .unwrap_or(false);
+        if recorded {
+            self.save();
+        }
     }
 
     /// `session` used `tool` (`server.tool`): its last search, if recent,

@@ -425,7 +425,7 @@ async fn call(
         ));
     }
     // The tool answered, after a search of this session: the search learns.
-    cem_host::cluster::used_tool(state, &session.key, &format!("{server}.{name}"));
+    cem_host::cluster::used_tool(state, session, &format!("{server}.{name}"));
     let value = match result.structured_content {
         Some(structured) => structured,
         None => convert(state, &content),

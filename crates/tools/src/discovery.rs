@@ -109,7 +109,7 @@ pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> Too
         )));
     }
     cem_host::cluster::pull_learned(state).await;
-    state.learning.searched(&session.key, &query);
+    cem_host::cluster::searched(state, session, &query).await;
     let hits = state.learning.with(|learned| match learned {
         Some(learned) => catalog.search_learned(
             &query,
@@ -236,7 +236,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
         }
     };
     // Reading a tool's definition after a search is a use of it.
-    cem_host::cluster::used_tool(state, &session.key, &entry.qualified_name());
+    cem_host::cluster::used_tool(state, session, &entry.qualified_name());
     // Only an upstream tool has a Python rendering to stand for its schemas.
     let is_upstream = entry.kind == EntryKind::Upstream;
     let mut answer = with_schemas(entry, schemas || !is_upstream);
