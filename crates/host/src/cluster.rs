@@ -262,19 +262,20 @@ pub fn used_tool(state: &Arc<AppState>, session: &Session, tool: &str) {
     if !state.learning.enabled() {
         return;
     }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
     let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
+    let runtime = tokio::runtime::Handle::try_current();
     let shared = state.cluster.clone().filter(|_| shared_vault(session));
     let Some(cluster) = shared else {
         let Some(query) = state.learning.used(&session.key, tool) else {
             return;
         };
-        if let Some(cluster) = state.cluster.clone() {
+        if let (Some(cluster), Ok(runtime)) = (state.cluster.clone(), runtime) {
             let (tenant, tool) = (state.tenant.clone(), tool.to_string());
             runtime.spawn(async move { store_use(&cluster, &tenant, &query, &tool, now).await });
         }
+        return;
+    };
+    let Ok(runtime) = runtime else {
         return;
     };
     let (state, key, tool) = (Arc::clone(state), session.key.clone(), tool.to_string());
