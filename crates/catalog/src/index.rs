@@ -382,6 +382,11 @@ impl Catalog {
                         let had = closeness
                             .as_ref()
                             .map_or(0.0, |c| blended(0.0, c.own[index], c.server[index]));
+                        let had = if deprecated(index) {
+                            had * DEPRECATED_FACTOR
+                        } else {
+                            had
+                        };
                         hits.push(Hit {
                             index,
                             score: had + boost,
@@ -579,6 +584,19 @@ impl Catalog {
             else {
                 continue;
             };
+            // Every record counts in the sums the shifts are made of, also
+            // one whose tool this catalog lacks (a server away): the shifts
+            // were made from all of them.
+            let dot = match (&q, prepared.vectors.get(at * dims..(at + 1) * dims)) {
+                (Some(q), Some(v)) if dims > 0 => {
+                    let dot = cem_embed::dot(q, v);
+                    let weight = prepared.weights.get(at).copied().unwrap_or(0.0);
+                    toward[t] += weight * dot;
+                    toward_all += weight * dot;
+                    Some(dot)
+                }
+                _ => None,
+            };
             if places.get(t).is_none_or(Option::is_none) {
                 continue;
             }
@@ -590,13 +608,7 @@ impl Catalog {
             if by_words > 0.0 {
                 lift(&mut lifts, t, strength * by_words, at);
             }
-            if let (Some(q), Some(v)) = (&q, prepared.vectors.get(at * dims..(at + 1) * dims))
-                && dims > 0
-            {
-                let dot = cem_embed::dot(q, v);
-                let weight = prepared.weights.get(at).copied().unwrap_or(0.0);
-                toward[t] += weight * dot;
-                toward_all += weight * dot;
+            if let Some(dot) = dot {
                 let hub = prepared.hubs.get(at).copied().unwrap_or(0.0);
                 let cosine = dot - LEARN_HUB_WEIGHT * hub;
                 if nearest[t].is_none_or(|(c, _, _)| cosine > c) {

@@ -241,13 +241,16 @@ fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec
                 .iter()
                 .zip(&all)
                 .map(|(s, a)| {
-                    let own = if weight > 0.0 { s / weight } else { 0.0 };
+                    // A tool whose records weigh nothing does not move.
+                    if weight <= 0.0 {
+                        return 0.0;
+                    }
                     let others = if rest > f32::EPSILON * total {
                         (a - s) / rest
                     } else {
                         0.0
                     };
-                    own - SHIFT_CENTRE * others
+                    s / weight - SHIFT_CENTRE * others
                 })
                 .collect();
             UsedTool {
@@ -483,6 +486,42 @@ mod tests {
             .map(|(a, b)| (a - b).abs())
             .sum();
         assert!(off < 1e-4, "{off}");
+    }
+
+    /// A query's dot with each shift, made from its dots with every record
+    /// (as a search makes it), is its dot with the shift itself.
+    #[test]
+    fn the_query_dot_from_the_records_is_the_dot_with_the_shift() {
+        let model = model();
+        let uses: Vec<Use> = QUERIES
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let mut u = used(q, ["git.log", "fs.read", "time.now", "gone.tool"][i % 4]);
+                u.weight = 1.0 + i as f32 / 4.0;
+                u.last = i as u64 * 3600;
+                u
+            })
+            .collect();
+        let prepared = Prepared::build(&uses, Some(model), None);
+        let q = model.embed("recent changes to the config file".split(' '));
+        let dims = model.dims();
+        let mut toward = vec![0f32; prepared.tools.len()];
+        let mut toward_all = 0f32;
+        for (at, t) in prepared.tool_of.iter().enumerate() {
+            let dot = cem_embed::dot(&q, &prepared.vectors[at * dims..(at + 1) * dims]);
+            toward[*t] += prepared.weights[at] * dot;
+            toward_all += prepared.weights[at] * dot;
+        }
+        for (t, used) in prepared.tools.iter().enumerate() {
+            let direct = cem_embed::dot(&q, &used.shift);
+            let made = prepared.query_dot(t, &toward, toward_all);
+            assert!(
+                (direct - made).abs() < 1e-4,
+                "{}: {direct} {made}",
+                used.tool
+            );
+        }
     }
 
     #[test]

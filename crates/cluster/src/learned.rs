@@ -70,7 +70,8 @@ impl Cluster {
             .collect())
     }
 
-    /// Remembers `query` (personal data already removed) as the last search
+    /// Remembers `query` (the words a record keeps, personal data already
+    /// removed) as the last search
     /// of `session`, a session any node may serve (a stateless client's),
     /// at `now` (Unix seconds): the use of what it found may reach another
     /// node.
@@ -118,14 +119,19 @@ impl Cluster {
     }
 
     /// Forgets the tenant's records, or those of `tool`; how many went.
+    /// Forgetting all of them forgets the tenant's last searches too.
     pub async fn forget_learned(
         &self,
         tenant: &str,
         tool: Option<&str>,
     ) -> Result<u64, ClusterError> {
-        Ok(self
-            .client()
-            .await?
+        let client = self.client().await?;
+        if tool.is_none() {
+            client
+                .execute("DELETE FROM cem_last_search WHERE tenant = $1", &[&tenant])
+                .await?;
+        }
+        Ok(client
             .execute(
                 "DELETE FROM cem_learned WHERE tenant = $1 AND ($2::text IS NULL OR tool = $2)",
                 &[&tenant, &tool],

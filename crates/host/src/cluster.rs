@@ -232,14 +232,22 @@ pub async fn searched(state: &AppState, session: &Session, query: &str) {
     let Some(cluster) = state.cluster.as_ref().filter(|_| shared_vault(session)) else {
         return;
     };
+    // Only the words a record would keep go to the store.
+    let words = cem_catalog::learned::words_of(&clean).join(" ");
+    if words.is_empty() {
+        return;
+    }
     let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
     let remembered = tokio::time::timeout(
         STORE_WAIT,
-        cluster.remember_search(&state.tenant, &session.key, &clean, now),
+        cluster.remember_search(&state.tenant, &session.key, &words, now),
     )
     .await;
     let error = match remembered {
-        Ok(Ok(())) => return,
+        Ok(Ok(())) => {
+            state.learning.stored(&session.key);
+            return;
+        }
         Ok(Err(e)) => e.to_string(),
         Err(_) => format!("the store did not answer in {} s", STORE_WAIT.as_secs()),
     };
@@ -264,7 +272,11 @@ pub fn used_tool(state: &Arc<AppState>, session: &Session, tool: &str) {
     }
     let now = i64::try_from(crate::learning::now()).unwrap_or(i64::MAX);
     let runtime = tokio::runtime::Handle::try_current();
-    let shared = state.cluster.clone().filter(|_| shared_vault(session));
+    // A search the store did not take is answered from here.
+    let shared = state
+        .cluster
+        .clone()
+        .filter(|_| shared_vault(session) && !state.learning.only_here(&session.key));
     let Some(cluster) = shared else {
         let Some(query) = state.learning.used(&session.key, tool) else {
             return;
@@ -286,13 +298,17 @@ pub fn used_tool(state: &Arc<AppState>, session: &Session, tool: &str) {
             .await
         {
             Ok(Some(query)) => {
-                state.learning.record(&query, &tool);
-                store_use(&cluster, &state.tenant, &query, &tool, now).await;
+                if state.learning.record(&query, &tool) {
+                    store_use(&cluster, &state.tenant, &query, &tool, now).await;
+                }
             }
             Ok(None) => {}
             Err(e) => {
+                // The store is away: this node's own last search of the
+                // session, if any, answers it here.
                 tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(&state.tenant),
-                    "the store could not say which search a use answers; it is not learned from");
+                    "the store could not say which search a use answers; learned from this node's own search of the session, if any");
+                state.learning.used(&key, &tool);
             }
         }
     });

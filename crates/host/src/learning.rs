@@ -55,6 +55,9 @@ struct Recent {
     query: String,
     at: Instant,
     recorded: Vec<String>,
+    /// Whether the shared store holds it too (a session any node may
+    /// serve); until then, a use on this node is answered from here.
+    stored: bool,
 }
 
 /// Now, in Unix seconds.
@@ -115,6 +118,7 @@ impl Learning {
                 query: clean.clone(),
                 at: Instant::now(),
                 recorded: Vec::new(),
+                stored: false,
             },
         );
         Some(clean)
@@ -122,10 +126,11 @@ impl Learning {
 
     /// Records a use of `tool` after `query`, a search this node did not
     /// see (the shared store's claim of it, see
-    /// [`crate::cluster::used_tool`]).
-    pub fn record(&self, query: &str, tool: &str) {
+    /// [`crate::cluster::used_tool`]); whether anything was recorded (a
+    /// query with no words left is not).
+    pub fn record(&self, query: &str, tool: &str) -> bool {
         if !self.enabled {
-            return;
+            return false;
         }
         self.follow_disk();
         let recorded = self
@@ -136,6 +141,27 @@ impl Learning {
         if recorded {
             self.save();
         }
+        recorded
+    }
+
+    /// The shared store now holds `session`'s last search.
+    pub fn stored(&self, session: &str) {
+        if let Ok(mut recent) = self.recent.lock()
+            && let Some(last) = recent.get_mut(session)
+        {
+            last.stored = true;
+        }
+    }
+
+    /// Whether `session`'s last search, still recent, is here and not in
+    /// the shared store (the store did not take it): a use is answered
+    /// from here, not from an older search the store still holds.
+    pub fn only_here(&self, session: &str) -> bool {
+        self.recent.lock().is_ok_and(|recent| {
+            recent
+                .get(session)
+                .is_some_and(|last| !last.stored && last.at.elapsed() <= RECENT)
+        })
     }
 
     /// `session` used `tool` (`server.tool`): its last search, if recent,
