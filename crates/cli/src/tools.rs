@@ -234,7 +234,9 @@ fn learned(
                 "this deployment keeps what search learned in its store, and the nodes read it back every \
                  30 s: forget it there (DELETE FROM cem_learned WHERE tenant = '{id}'{})",
                 tool.map(|t| format!(" AND tool = '{t}'"))
-                    .unwrap_or_default()
+                    .unwrap_or_else(|| format!(
+                        "; DELETE FROM cem_last_search WHERE tenant = '{id}'"
+                    ))
             ));
         }
         let gone = learning.clear(tool);
