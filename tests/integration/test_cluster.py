@@ -453,6 +453,16 @@ async def test_a_cancelled_execution_s_files_reach_the_other_nodes(deployment: D
     assert outcomes.split() == ["cancelled"], outcomes
 
 
+def rows_once(d: Deployment, sql: str, ready, wait: float = 20) -> str:
+    """What `sql` gives once `ready` holds for it (the store is written from tasks), or after `wait` s."""
+    deadline = time.monotonic() + wait
+    while True:
+        rows = d.pg.psql(sql)
+        if ready(rows) or time.monotonic() >= deadline:
+            return rows
+        time.sleep(0.2)
+
+
 def test_what_search_learned_on_one_node_ranks_on_another(tmp_path: Path):
     from conftest import SERVERS_PYTHON
     from test_search_learning import NEED
@@ -466,11 +476,8 @@ def test_what_search_learned_on_one_node_ranks_on_another(tmp_path: Path):
         assert before[0] != "git.git_log" and "git.git_log" in before, before
         assert body(rpc(n1, "get_tool_definition", {"tool_name": "git.git_log"})[0])["success"]
         # The store is written from a task of its own: a slow store never holds up the call.
-        deadline = time.monotonic() + 20
-        rows = ""
-        while time.monotonic() < deadline and not rows.strip():
-            rows = d.pg.psql("SELECT words || ' -> ' || tool FROM cem_learned WHERE tenant = 'token-alice'")
-            time.sleep(0.2)
+        rows = rows_once(d, "SELECT words || ' -> ' || tool FROM cem_learned WHERE tenant = 'token-alice'",
+                         lambda rows: rows.strip())
         assert rows.strip() == "who changed what lately -> git.git_log", rows
         # The other node never saw the search or the use: it ranks with the store's records.
         after = body(rpc(n2, "search_tools", search)[0])["tools"]
@@ -493,19 +500,14 @@ def test_a_search_on_one_node_learns_from_a_use_on_another(tmp_path: Path):
         assert "git.git_log" in found, found
         for _ in range(2):  # read twice: one use, as a loop of calls is
             assert body(rpc(n2, "get_tool_definition", {"tool_name": "git.git_log"})[0])["success"]
-        deadline = time.monotonic() + 20
-        rows = ""
-        while time.monotonic() < deadline and not rows.strip():
-            rows = d.pg.psql("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned WHERE tenant = 'token-alice'")
-            time.sleep(0.2)
+        learned = ("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned"
+                   " WHERE tenant = 'token-alice' ORDER BY tool")
+        rows = rows_once(d, learned, lambda rows: rows.strip())
         assert rows.strip() == "who touched code recently -> git.git_log 1", rows
         # Another tool used after the same search, on both nodes: recorded once.
         assert body(rpc(n1, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
         assert body(rpc(n2, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and "git_status" not in rows:
-            rows = d.pg.psql("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned WHERE tenant = 'token-alice' ORDER BY tool")
-            time.sleep(0.2)
+        rows = rows_once(d, learned, lambda rows: "git_status" in rows)
         assert rows.split("\n") == ["who touched code recently -> git.git_log 1",
                                      "who touched code recently -> git.git_status 1"], rows
     finally:

@@ -1024,7 +1024,7 @@ mod tests {
     use super::*;
     use crate::EntryKind;
 
-    fn entry(category: &str, name: &str, description: &str) -> Entry {
+    pub(super) fn entry(category: &str, name: &str, description: &str) -> Entry {
         Entry {
             kind: EntryKind::Upstream,
             category: category.into(),
@@ -1260,6 +1260,7 @@ mod tests {
 
 #[cfg(all(test, feature = "semantic"))]
 mod learning_tests {
+    use super::tests::entry;
     use super::*;
 
     fn hybrid() -> Catalog {
@@ -1268,35 +1269,30 @@ mod learning_tests {
 
     /// The catalog, its entries in reverse order when `reversed`.
     fn hybrid_of(reversed: bool) -> Catalog {
-        let entries = vec![
-            Entry::upstream(
+        let entries = [
+            entry("git", "git_log", "Shows the commit logs"),
+            entry(
                 "git",
-                &serde_json::json!({"name": "git_log", "description": "Shows the commit logs"}),
-                None,
+                "git_diff",
+                "Shows differences between branches or commits",
             ),
-            Entry::upstream(
-                "git",
-                &serde_json::json!({"name": "git_diff", "description": "Shows differences between branches or commits"}),
-                None,
-            ),
-            Entry::upstream(
+            entry(
                 "fs",
-                &serde_json::json!({"name": "read_text_file", "description": "Read the complete contents of a file as text"}),
-                None,
+                "read_text_file",
+                "Read the complete contents of a file as text",
             ),
-            Entry::upstream(
+            entry(
                 "fs",
-                &serde_json::json!({"name": "list_directory", "description": "Get a detailed listing of all files and directories in a specified path"}),
-                None,
+                "list_directory",
+                "Get a detailed listing of all files and directories in a specified path",
             ),
-            Entry::upstream(
+            entry(
                 "time",
-                &serde_json::json!({"name": "get_current_time", "description": "Get current time in a specific timezone"}),
-                None,
+                "get_current_time",
+                "Get current time in a specific timezone",
             ),
         ]
-        .into_iter()
-        .flatten();
+        .into_iter();
         let entries: Vec<Entry> = if reversed {
             entries.rev().collect()
         } else {

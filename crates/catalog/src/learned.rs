@@ -47,14 +47,19 @@ pub struct Use {
 impl Use {
     /// The weight at `now`.
     pub fn weight_at(&self, now: u64) -> f32 {
-        let age = now.saturating_sub(self.last) as f64;
-        (f64::from(self.weight) * 0.5f64.powf(age / HALF_LIFE_SECS)) as f32
+        decayed(self.weight, self.last, now)
     }
 
     /// The query's words stemmed, as a sorted set.
     pub(crate) fn terms(&self) -> Vec<String> {
         term_set(&self.words)
     }
+}
+
+/// `weight` as of `since`, at `now`: half of it every [`HALF_LIFE_SECS`].
+pub(crate) fn decayed(weight: f32, since: u64, now: u64) -> f32 {
+    let age = now.saturating_sub(since) as f64;
+    (f64::from(weight) * 0.5f64.powf(age / HALF_LIFE_SECS)) as f32
 }
 
 /// One tenant's recorded uses.

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use cem_embed::StaticModel;
 
-use crate::learned::{HALF_LIFE_SECS, Use};
+use crate::learned::{Use, decayed};
 
 /// A record's hubness is the mean cosine of its this many closest records
 /// of other tools.
@@ -192,8 +192,7 @@ impl UsedTool {
     /// The tool's records' weight at `now`: decay halves every weight
     /// alike, so this is their weight at the latest record, decayed since.
     pub fn weight_at(&self, now: u64) -> f32 {
-        let age = now.saturating_sub(self.latest) as f64;
-        (f64::from(self.weight) * 0.5f64.powf(age / HALF_LIFE_SECS)) as f32
+        decayed(self.weight, self.latest, now)
     }
 }
 
@@ -205,14 +204,16 @@ impl UsedTool {
 fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec<usize>, Vec<f32>) {
     let latest = uses.iter().map(|u| u.last).max().unwrap_or(0);
     let mut place: HashMap<&str, usize> = HashMap::new();
-    let mut sums: Vec<(Vec<f32>, f32)> = Vec::new();
+    // Per tool, in the order of their first records: name, weighted sum of
+    // its records' vectors, their weight.
+    let mut sums: Vec<(&str, Vec<f32>, f32)> = Vec::new();
     let mut tool_of = Vec::with_capacity(uses.len());
     let mut weights = Vec::with_capacity(uses.len());
     let mut all = vec![0f32; dims];
     let mut total = 0f32;
     for (i, used) in uses.iter().enumerate() {
         let at = *place.entry(used.tool.as_str()).or_insert_with(|| {
-            sums.push((vec![0f32; dims], 0.0));
+            sums.push((used.tool.as_str(), vec![0f32; dims], 0.0));
             sums.len() - 1
         });
         tool_of.push(at);
@@ -221,7 +222,7 @@ fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec
         let Some(weight) = weight else {
             continue;
         };
-        let (sum, of_tool) = &mut sums[at];
+        let (_, sum, of_tool) = &mut sums[at];
         let vector = vectors.get(i * dims..(i + 1) * dims).unwrap_or_default();
         for ((s, a), x) in sum.iter_mut().zip(all.iter_mut()).zip(vector) {
             *s += weight * x;
@@ -230,12 +231,9 @@ fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec
         *of_tool += weight;
         total += weight;
     }
-    let mut names: Vec<(&str, usize)> = place.into_iter().collect();
-    names.sort_by_key(|(_, at)| *at);
-    let tools = names
+    let tools = sums
         .into_iter()
-        .zip(sums)
-        .map(|((tool, _), (sum, weight))| {
+        .map(|(tool, sum, weight)| {
             let rest = total - weight;
             let shift: Vec<f32> = sum
                 .iter()

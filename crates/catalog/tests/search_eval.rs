@@ -312,13 +312,25 @@ fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
 #[test]
 fn a_tools_name_words_find_it_first() {
     let entries = entries();
-    let needs = name_word_queries(&entries);
     let lexical = Catalog::new(entries.clone());
     let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
-    let [l, _, _] = evaluate(&lexical, &needs, false);
-    let [h, _, _] = evaluate(&hybrid, &needs, true);
-    println!("name words lexical {}", l.line());
-    println!("name words hybrid  {}", h.line());
+    name_words_find_their_tool_first("name words", &entries, &lexical, &hybrid);
+}
+
+/// Every query of [`name_word_queries`] over `entries` finds its tool
+/// first, by words alone and with meaning; the scores printed under
+/// `label`.
+fn name_words_find_their_tool_first(
+    label: &str,
+    entries: &[Entry],
+    lexical: &Catalog,
+    hybrid: &Catalog,
+) {
+    let needs = name_word_queries(entries);
+    let [l, _, _] = evaluate(lexical, &needs, false);
+    let [h, _, _] = evaluate(hybrid, &needs, true);
+    println!("{label} lexical {}", l.line());
+    println!("{label} hybrid  {}", h.line());
     assert_eq!(l.top1, l.needs, "lexical {}", l.line());
     assert_eq!(h.top1, h.needs, "hybrid {}", h.line());
 }
@@ -338,13 +350,7 @@ fn servers_no_constant_was_chosen_on() {
     entries.extend(held_out);
     let lexical = Catalog::new(entries.clone());
     let hybrid = Catalog::hybrid(entries.clone(), Semantic::new(model(), &entries, None));
-    let named = name_word_queries(&entries);
-    let [l, _, _] = evaluate(&lexical, &named, false);
-    let [h, _, _] = evaluate(&hybrid, &named, true);
-    println!("held out, name words lexical {}", l.line());
-    println!("held out, name words hybrid  {}", h.line());
-    assert_eq!(l.top1, l.needs, "lexical {}", l.line());
-    assert_eq!(h.top1, h.needs, "hybrid {}", h.line());
+    name_words_find_their_tool_first("held out, name words", &entries, &lexical, &hybrid);
     let described = read_needs("held_out/needs.jsonl");
     let [l, _, _] = evaluate(&lexical, &described, false);
     let [h, _, _] = evaluate(&hybrid, &described, true);

@@ -28,7 +28,7 @@ records matched by words, by meaning as a soft nearest neighbour against "none o
 and the recorded tools' vectors moved toward their records, `shifted`) over the catalog's hybrid
 ranking, once with the built-in model (the export's vectors and scores) and once with this model in
 its place, for floors of "none of them" from 0.45 to 0.75, each with the tools moved and without
-(MODEL_DIR `builtin` runs the built-in model's rows alone, in about 20 seconds): the same needs
+(MODEL_DIR `builtin` runs the built-in model's rows alone, in a few seconds): the same needs
 recorded in one phrasing and searched in the other (top-1 and top-3), beside the needs whose tools
 nobody used (what the records cost them). It leaves out what moves few needs: the named-first rule,
 deprecated tools, keeping the tool words rank first in the first three, and mending misspellings;
@@ -189,20 +189,28 @@ def blended(lex, cos, server):
     return LEXICAL_SHARE * lex + (1 - LEXICAL_SHARE) * np.maximum(cos + SERVER_WEIGHT * server, 0)
 
 
-def shifted(tv, parts, query, need, vectors, of, shift_weight):
-    """What moving each recorded tool's vector changes in its score (index.rs, `shifted`): toward its
-    records' mean less SHIFT_CENTRE times the other tools' records' mean, by shift_weight times one
-    use's strength, keeping its length."""
-    lex, cos, server = parts(need)
-    change = {}
+def moves(tv, vectors, of, shift_weight):
+    """Each recorded tool's move (index.rs, `shifted`; prepared.rs, `used_tools`): its shift (its
+    records' mean less SHIFT_CENTRE times the other tools' records' mean), shift_weight times its
+    records' strength, and its vector's length before and after; made once per set of records."""
     of = np.array(of)
+    made = {}
     for t in set(of.tolist()):
         own = vectors[of == t]
         others = vectors[of != t]
         shift = own.mean(0) - (SHIFT_CENTRE * others.mean(0) if len(others) else 0)
         k = shift_weight * (1 - math.exp(-len(own)))  # each record one use
-        moved = tv[t] + k * shift
-        cosine = (cos[t] + k * float(shift @ query(need))) * np.linalg.norm(tv[t]) / np.linalg.norm(moved)
+        made[t] = (shift, k, np.linalg.norm(tv[t]) / np.linalg.norm(tv[t] + k * shift))
+    return made
+
+
+def shifted(made, parts, query, need):
+    """What each move of `made` changes in its tool's score for `need`, keeping its length."""
+    lex, cos, server = parts(need)
+    q = query(need)
+    change = {}
+    for t, (shift, k, scale) in made.items():
+        cosine = (cos[t] + k * float(shift @ q)) * scale
         change[t] = float(blended(lex[t], cosine, server[t]) - blended(lex[t], cos[t], server[t]))
     return change
 
@@ -224,6 +232,7 @@ def learning_trade(needs, names, base, vector, floor, temperature, hub_weight=LE
         of = [index[n["answers"][0]] for n in recorded]
         terms = [set(n["terms"]) for n in recorded]
         hub = hubs(vectors, of) * hub_weight
+        made = moves(tv, vectors, of, shift_weight) if tv is not None and floor is not None else {}
         sets = {
             "again": [n for n in second if n["line"] % 2 == half],
             "unused": [n for n in second if n["line"] % 2 != half and not tools & set(n["answers"])],
@@ -251,7 +260,7 @@ def learning_trade(needs, names, base, vector, floor, temperature, hub_weight=LE
                     if w / total > 0.01:
                         boost[t] = max(boost.get(t, 0.0), ONE_USE * meaning_weight * w / total)
                 if floor is not None and tv is not None and shift_weight > 0:
-                    for t, c in shifted(tv, parts, query, need, vectors, of, shift_weight).items():
+                    for t, c in shifted(made, parts, query, need).items():
                         boost[t] = boost.get(t, 0.0) + c
                 for t, b in boost.items():
                     if score[t] < 0 and b <= 0:

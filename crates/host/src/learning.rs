@@ -124,8 +124,8 @@ impl Learning {
         Some(clean)
     }
 
-    /// Records a use of `tool` after `query`, a search this node did not
-    /// see (the shared store's claim of it, see
+    /// Records a use of `tool` after `query` (this node's own search, or
+    /// one the shared store's claim gives, see
     /// [`crate::cluster::used_tool`]); whether anything was recorded (a
     /// query with no words left is not).
     pub fn record(&self, query: &str, tool: &str) -> bool {
@@ -180,12 +180,7 @@ impl Learning {
             last.recorded.push(tool.to_string());
             last.query.clone()
         };
-        self.follow_disk();
-        let recorded = self.learned.write().ok()?.record(&query, tool, now());
-        if recorded {
-            self.save();
-        }
-        recorded.then_some(query)
+        self.record(&query, tool).then_some(query)
     }
 
     /// Runs `search` with the records (None when learning is off).
