@@ -54,25 +54,16 @@ const LEARN_WEIGHT: f32 = 1.0;
 const LEARN_SHARED_FLOOR: f32 = 0.5;
 /// What a recorded use adds at most for a query close in meaning only,
 /// its tool's record standing out from every other tool's (see
-/// `learned_boosts`), the softmax's temperature, the cosine of "none of
-/// them", how much a record's hubness (`Prepared::hubs`: how much closer
-/// than the typical record it sits to records of other tools) takes from
-/// its closeness to a query, and how far records move their tool's vector
-/// (`Catalog::shifted`). Picked on the evaluation (`compare.py --learning`
-/// replays the search for any setting; BENCHMARKS.md, "Relevance
-/// feedback", has the grid) for the most second phrasings of recorded
-/// needs (`paraphrases.jsonl`) found first and in the first three while
-/// needs whose tool nobody used keep as many first places as before:
-/// 79.2% first and 89.8% in the first three (78.1% and 83.4% without
-/// moving the tools), needs nobody used 30.0% first and 65.0% in the first
-/// three (30.0% and 55.0% before; 36.7% and 56.7% without learning). The
-/// other way round, which no constant was picked on: 81.1% and 90.9%
-/// (78.1% and 86.8% before).
+/// `learned_boosts`), and the softmax's temperature; the settings that
+/// depend on the model (the floor of "none of them", the records'
+/// hubness, how far records move their tool) are in `crate::tuning`.
+/// Picked on the evaluation (`compare.py --learning` replays the search
+/// for any setting; BENCHMARKS.md, "Relevance feedback", has the grid)
+/// for the most second phrasings of recorded needs (`paraphrases.jsonl`)
+/// found first and in the first three while needs whose tool nobody used
+/// keep as many first places as before.
 const LEARN_MEANING_WEIGHT: f32 = 1.5;
 const LEARN_TEMPERATURE: f32 = 0.04;
-const LEARN_MEANING_FLOOR: f32 = 0.7;
-const LEARN_HUB_WEIGHT: f32 = 0.5;
-const LEARN_SHIFT: f32 = 1.25;
 /// A move that changes a score by less than this is left out: thousands of
 /// used tools each moved a hair from a query about something else would
 /// cost the search more than they change its order.
@@ -83,7 +74,11 @@ const LEARN_MIN_CHANGE: f32 = 0.001;
 /// the evaluation), and so must learning. "show a commit" wants
 /// `git_show`, which its words find first; records of other needs ("show
 /// the last 5 commits", "show what goes into the next commit") lifted
-/// `git_log` and `git_diff_staged` past it.
+/// `git_log` and `git_diff_staged` past it. The tool the catalog ranks
+/// first before the records count keeps such a place too: a need nobody
+/// asked before is one the catalog alone finds as often as not, and
+/// records of a sibling tool ("delete observations" for "delete
+/// relations") must not push it out of sight.
 pub const LEARNING_KEEPS_WORDS_FIRST: usize = 3;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
@@ -112,6 +107,10 @@ pub struct Why {
     /// Kept in the first [`LEARNING_KEEPS_WORDS_FIRST`] places although
     /// records lifted other tools past it: words alone rank it first.
     pub kept_by_words: bool,
+    /// Kept in the first [`LEARNING_KEEPS_WORDS_FIRST`] places although
+    /// records lifted other tools past it: the catalog ranks it first
+    /// before the records count.
+    pub kept_as_first: bool,
     pub deprecated: bool,
 }
 
@@ -359,8 +358,17 @@ impl Catalog {
         let learned = learning.map_or_else(Vec::new, |l| {
             self.learned_boosts(query, l, closeness.as_ref(), &lexical)
         });
-        let mut kept_by_words = None;
+        let (mut kept_by_words, mut kept_as_first) = (None, None);
         if !learned.is_empty() {
+            // What the catalog ranks first before the records count: kept
+            // in the first three too (a need nobody asked before is mostly
+            // one the catalog already finds).
+            let keep_first = crate::tuning::of(self.semantic.as_ref().map(|s| s.model)).keep_first;
+            let first_before = hits
+                .iter()
+                .min_by(|a, b| self.result_order(a, b))
+                .map(|h| h.index)
+                .filter(|_| keep_first);
             let kept =
                 self.words_first_in_top(&hits, &lexical, in_category, LEARNING_KEEPS_WORDS_FIRST);
             let at: HashMap<usize, usize> = hits
@@ -394,6 +402,14 @@ impl Catalog {
                     }
                     None => {}
                 }
+            }
+            // Words first: where both would take the third place, what
+            // words alone are sure of keeps it.
+            if let Some(first) = first_before
+                && Some(first) != kept
+                && self.keep_in_top(&mut hits, first, LEARNING_KEEPS_WORDS_FIRST)
+            {
+                kept_as_first = Some(first);
             }
             if let Some(kept) = kept
                 && self.keep_in_top(&mut hits, kept, LEARNING_KEEPS_WORDS_FIRST)
@@ -438,6 +454,7 @@ impl Catalog {
                             Some((*change, words))
                         }),
                     kept_by_words: kept_by_words == Some(hit.index),
+                    kept_as_first: kept_as_first == Some(hit.index),
                     deprecated: self.deprecated[hit.index],
                 }
             }));
@@ -525,8 +542,8 @@ impl Catalog {
     /// - *By meaning*, a soft nearest neighbour: each tool's closest record
     ///   (cosine with the query), and the tools compete in a softmax
     ///   (temperature [`LEARN_TEMPERATURE`]), each record's cosine less
-    ///   [`LEARN_HUB_WEIGHT`] of its hubness, against "none of them" at
-    ///   [`LEARN_MEANING_FLOOR`]. A tool whose record stands out from every
+    ///   the model's share of its hubness, against "none of them" at the
+    ///   model's floor (`crate::tuning`). A tool whose record stands out from every
     ///   other tool's is lifted by up to [`LEARN_MEANING_WEIGHT`]; where
     ///   several are about as close, none is lifted much. A static model
     ///   finds unrelated queries fairly close, so a fixed lift per close
@@ -555,6 +572,7 @@ impl Catalog {
             .filter(|v| v.iter().any(|x| *x != 0.0));
         let prepared = learning.learned.prepared(model);
         let dims = model.map_or(0, |m| m.dims());
+        let tuning = crate::tuning::of(model);
         // Each used tool's entry here (and its vector's dot with its shift),
         // kept for this catalog: no name is looked up per search.
         let places = prepared.placed(self.id, |used| {
@@ -610,13 +628,13 @@ impl Catalog {
             }
             if let Some(dot) = dot {
                 let hub = prepared.hubs.get(at).copied().unwrap_or(0.0);
-                let cosine = dot - LEARN_HUB_WEIGHT * hub;
+                let cosine = dot - tuning.hub_weight * hub;
                 if nearest[t].is_none_or(|(c, _, _)| cosine > c) {
                     nearest[t] = Some((cosine, strength, at));
                 }
             }
         }
-        let weight = |cosine: f32| ((cosine - LEARN_MEANING_FLOOR) / LEARN_TEMPERATURE).exp();
+        let weight = |cosine: f32| ((cosine - tuning.floor) / LEARN_TEMPERATURE).exp();
         // "None of them" weighs 1 (the floor); a tool below it weighs less.
         let total: f32 = 1.0
             + nearest
@@ -664,10 +682,10 @@ impl Catalog {
 
     /// What moving each used tool's vector changes in its score, per used
     /// tool (0 for one the catalog lacks): relevance feedback (Rocchio 1971)
-    /// on the tool's side. The vector moves by [`LEARN_SHIFT`] times the
+    /// on the tool's side. The vector moves by the model's shift (`crate::tuning`) times the
     /// strength of its records (one use 0.63 of many) times its shift
     /// (`UsedTool::shift`: its records' mean less
-    /// [`crate::prepared::SHIFT_CENTRE`] times the other tools' records'
+    /// the model's centre times the other tools' records'
     /// mean), and keeps its length. A query in other words than the record
     /// comes closer to the tool as far as it is closer to how this tool was
     /// asked for than to how the others were; a query about something else
@@ -688,6 +706,7 @@ impl Catalog {
         let Some(semantic) = self.semantic.as_ref() else {
             return Vec::new();
         };
+        let shift = crate::tuning::of(Some(semantic.model)).shift;
         let best = lexical.values().fold(0f32, |m, s| m.max(*s));
         let change =
             |used: &crate::prepared::UsedTool, place: &Option<(usize, f32)>, query_dot: f32| {
@@ -695,7 +714,7 @@ impl Catalog {
                 let (_, length2) = semantic.vector(index)?;
                 let (own, server) = (*closeness.own.get(index)?, *closeness.server.get(index)?);
                 // One use counts 0.63 of many.
-                let k = LEARN_SHIFT * (1.0 - (-used.weight_at(now)).exp());
+                let k = shift * (1.0 - (-used.weight_at(now)).exp());
                 // |v + k·s|² = |v|² + 2k v·s + k²|s|²
                 let moved2 = length2 + 2.0 * k * vector_dot + k * k * used.length2;
                 if length2 <= f32::MIN_POSITIVE || moved2 <= f32::MIN_POSITIVE {
@@ -786,7 +805,7 @@ impl Catalog {
     /// or two edits from a tool's name word, becomes that name word
     /// ("comit" → "commit", "git_lgo" → "git log"). The model would
     /// otherwise spell it out in word pieces that mean something else.
-    fn spelled(&self, model: &cem_embed::StaticModel, query: &str) -> Vec<String> {
+    fn spelled(&self, model: &cem_embed::Model, query: &str) -> Vec<String> {
         split_words(query)
             .into_iter()
             .map(|word| {

@@ -14,7 +14,7 @@
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
-use cem_embed::StaticModel;
+use cem_embed::Model;
 use serde::{Deserialize, Serialize};
 
 use crate::prepared::Prepared;
@@ -186,7 +186,7 @@ impl Learned {
 
     /// Each record's terms, and with `model` its vector and hubness; made
     /// on the first search after a change, from what was made before it.
-    pub(crate) fn prepared(&self, model: Option<&StaticModel>) -> &Prepared {
+    pub(crate) fn prepared(&self, model: Option<&Model>) -> &Prepared {
         self.prepared.get_or_init(|| {
             let before = self
                 .before

@@ -16,11 +16,12 @@ pub mod python;
 pub mod registry;
 mod semantic;
 mod text;
+mod tuning;
 pub mod typed;
 
-pub use cem_embed::StaticModel;
 /// The embedding model compiled in, when there is one (feature `semantic`).
 pub use cem_embed::builtin as builtin_model;
+pub use cem_embed::{Model, OnnxError, OnnxModel};
 pub use entry::{Effects, Entry, EntryKind};
 pub use index::{Catalog, Hit, LEARNING_KEEPS_WORDS_FIRST, Learning, Why};
 pub use learned::Learned;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cem_embed::StaticModel;
+use cem_embed::Model;
 
 use crate::learned::{Use, decayed};
 
@@ -50,24 +50,23 @@ pub(crate) struct Prepared {
     /// closest first, at most [`HUB_NEIGHBOURS`].
     neighbours: Vec<Vec<(f32, usize)>>,
     dims: usize,
+    /// The model's centre (`crate::tuning::Tuning::centre`) the shifts
+    /// were made with.
+    centre: f32,
 }
 
 impl Prepared {
     /// Prepares `uses`, taking from `before` (what was prepared for an
     /// earlier state of the same records, with the same model) the vectors
     /// and neighbours that still hold.
-    pub(crate) fn build(
-        uses: &[Use],
-        model: Option<&StaticModel>,
-        before: Option<Prepared>,
-    ) -> Prepared {
+    pub(crate) fn build(uses: &[Use], model: Option<&Model>, before: Option<Prepared>) -> Prepared {
         let terms = uses.iter().map(Use::terms).collect();
         let keys: Vec<(String, Vec<String>)> = uses
             .iter()
             .map(|u| (u.tool.clone(), u.words.clone()))
             .collect();
         let Some(model) = model else {
-            let (tools, tool_of, weights) = used_tools(uses, &[], 0);
+            let (tools, tool_of, weights) = used_tools(uses, &[], 0, 0.0);
             return Prepared {
                 terms,
                 keys,
@@ -143,7 +142,8 @@ impl Prepared {
             }
         }
         let hubs = centred_hubs(&neighbours);
-        let (tools, tool_of, weights) = used_tools(uses, &vectors, dims);
+        let centre = crate::tuning::of(Some(model)).centre;
+        let (tools, tool_of, weights) = used_tools(uses, &vectors, dims, centre);
         let total = weights.iter().sum();
         Prepared {
             terms,
@@ -157,28 +157,19 @@ impl Prepared {
             keys,
             neighbours,
             dims,
+            centre,
         }
     }
 }
-
-/// How much of the other tools' records' mean a tool's shift takes away
-/// (the weight of the non-relevant centroid in Rocchio's relevance
-/// feedback). Records share the words and style of queries ("I need to
-/// ...", "show me ..."): a tool moved toward its own alone would come
-/// closer to every query, not only to its own need. Picked on the
-/// evaluation with [`crate::index`]'s learning constants: at 1.25, needs
-/// whose tool nobody used were first 28.3% of the time and in the first
-/// three 58.3%; at 1.5, 30.0% and 65.0% (36.7% and 56.7% without
-/// learning), for 2 points fewer first places of needs asked again.
-pub(crate) const SHIFT_CENTRE: f32 = 1.5;
 
 /// A tool with records: its name, how much they weigh, and which way
 /// they move its vector.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct UsedTool {
     pub tool: String,
-    /// Its records' mean vector less [`SHIFT_CENTRE`] times the other
-    /// tools' records' mean (empty without a model).
+    /// Its records' mean vector less the model's centre
+    /// (`crate::tuning::Tuning::centre`) times the other tools' records'
+    /// mean (empty without a model).
     pub shift: Vec<f32>,
     /// The shift's squared length.
     pub length2: f32,
@@ -201,7 +192,12 @@ impl UsedTool {
 /// among them; each record's weight. Records are weighed by their weight
 /// as of the latest record: decay halves all weights alike, so the means
 /// hold until the records change.
-fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec<usize>, Vec<f32>) {
+fn used_tools(
+    uses: &[Use],
+    vectors: &[f32],
+    dims: usize,
+    centre: f32,
+) -> (Vec<UsedTool>, Vec<usize>, Vec<f32>) {
     let latest = uses.iter().map(|u| u.last).max().unwrap_or(0);
     let mut place: HashMap<&str, usize> = HashMap::new();
     // Per tool, in the order of their first records: name, weighted sum of
@@ -248,7 +244,7 @@ fn used_tools(uses: &[Use], vectors: &[f32], dims: usize) -> (Vec<UsedTool>, Vec
                     } else {
                         0.0
                     };
-                    s / weight - SHIFT_CENTRE * others
+                    s / weight - centre * others
                 })
                 .collect();
             UsedTool {
@@ -283,7 +279,7 @@ impl Prepared {
         } else {
             0.0
         };
-        own / used.weight - SHIFT_CENTRE * others
+        own / used.weight - self.centre * others
     }
 
     /// Per used tool, its entry in the catalog `catalog` identifies and
@@ -350,7 +346,7 @@ fn centred_hubs(neighbours: &[Vec<(f32, usize)>]) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    fn model() -> &'static StaticModel {
+    fn model() -> &'static Model {
         match cem_embed::builtin() {
             Some(Ok(model)) => model,
             _ => panic!("the built-in model does not load"),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use cem_embed::{StaticModel, dot, normalize};
+use cem_embed::{Model, dot, normalize};
 use sha2::{Digest, Sha256};
 
 use crate::entry::Entry;
@@ -11,7 +11,7 @@ use crate::text::split_words;
 
 /// The model and one vector per entry, in the catalog's order.
 pub struct Semantic {
-    pub(crate) model: &'static StaticModel,
+    pub(crate) model: &'static Model,
     /// `entries × dims`; an entry with no known word has zeros.
     pub(crate) vectors: Vec<f32>,
     /// Each entry's vector's squared length (the mean of two unit vectors
@@ -46,7 +46,7 @@ impl Semantic {
     /// skills, a registry category), read from `cache_dir` when its file
     /// matches the model and the entries' texts, else computed (and
     /// written there).
-    pub fn new(model: &'static StaticModel, entries: &[Entry], cache_dir: Option<&Path>) -> Self {
+    pub fn new(model: &'static Model, entries: &[Entry], cache_dir: Option<&Path>) -> Self {
         let dims = model.dims();
         let mut vectors = vec![0f32; entries.len() * dims];
         let mut category_of = vec![0u32; entries.len()];
@@ -172,7 +172,7 @@ fn first_sentence(text: &str) -> String {
 
 /// The mean of an entry's two unit vectors: its dot with a query is the
 /// mean of the two cosines.
-fn embed_all(model: &StaticModel, texts: &[[String; 2]]) -> Vec<f32> {
+fn embed_all(model: &Model, texts: &[[String; 2]]) -> Vec<f32> {
     let mut out = Vec::with_capacity(texts.len() * model.dims());
     for [short, long] in texts {
         let a = model.embed(split_words(short).iter().map(String::as_str));
@@ -183,7 +183,7 @@ fn embed_all(model: &StaticModel, texts: &[[String; 2]]) -> Vec<f32> {
 }
 
 /// What a cache file is valid for: the model and every text embedded.
-fn cache_key(model: &StaticModel, texts: &[[String; 2]]) -> String {
+fn cache_key(model: &Model, texts: &[[String; 2]]) -> String {
     let mut h = Sha256::new();
     h.update(model.name().as_bytes());
     for pair in texts {
@@ -271,7 +271,7 @@ mod tests {
     use super::*;
     use crate::Catalog;
 
-    fn model() -> &'static StaticModel {
+    fn model() -> &'static Model {
         match cem_embed::builtin() {
             Some(Ok(m)) => m,
             Some(Err(e)) => panic!("{e}"),

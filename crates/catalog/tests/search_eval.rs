@@ -24,11 +24,66 @@ fn needs() -> Vec<Need> {
     read_needs("needs.jsonl")
 }
 
-fn model() -> &'static cem_catalog::StaticModel {
+/// The model under evaluation: the built-in static one, or with
+/// `CEM_ONNX_MODEL` set (a directory `crates/embed/model/build_onnx.sh`
+/// made) the sentence transformer in it, run by the ONNX Runtime library
+/// `CEM_ONNX_RUNTIME` (else `ORT_DYLIB_PATH`). `scripts/test` runs the
+/// evaluation both ways.
+fn model() -> &'static cem_catalog::Model {
+    static TRANSFORMER: std::sync::OnceLock<Option<cem_catalog::Model>> =
+        std::sync::OnceLock::new();
+    let transformer = TRANSFORMER.get_or_init(|| {
+        let dir = std::env::var_os("CEM_ONNX_MODEL")?;
+        let runtime = std::env::var_os("CEM_ONNX_RUNTIME").map(std::path::PathBuf::from);
+        match cem_catalog::OnnxModel::load(std::path::Path::new(&dir), runtime.as_deref(), 1) {
+            Ok(model) => Some(cem_catalog::Model::Onnx(model)),
+            Err(e) => panic!("CEM_ONNX_MODEL is set but does not load: {e}"),
+        }
+    });
+    if let Some(model) = transformer {
+        return model;
+    }
     match builtin_model() {
         Some(Ok(model)) => model,
         Some(Err(e)) => panic!("the built-in model does not load: {e}"),
         None => panic!("built without the `semantic` feature: nothing to evaluate"),
+    }
+}
+
+/// What the model under evaluation must reach: floors just under today's
+/// figures for the static model, so that a change that loses quality fails
+/// here; for the transformer, issue 38's targets themselves.
+struct Floors {
+    /// Needs in other words, words and meaning: top-1 and top-3.
+    hybrid: (f64, f64),
+    /// A second phrasing after one use of the first: top-1 and top-3.
+    phrasing: (f64, f64),
+    /// The same the other way round (no constant was picked on it).
+    reversed: (f64, f64),
+    /// Held-out descriptive queries allowed out of the first three.
+    held_out_misses: usize,
+}
+
+fn floors() -> Floors {
+    if model().is_transformer() {
+        // Today 45.3% / 67.9%; 88.3% / 95.1%; 86.0% / 96.2%; none.
+        Floors {
+            hybrid: (0.43, 0.66),
+            phrasing: (0.85, 0.95),
+            reversed: (0.85, 0.95),
+            held_out_misses: 0,
+        }
+    } else {
+        // Today 37.4% / 60.4%; 79.2% / 89.8%; 81.1% / 90.9%; "comment on a
+        // page" fifth. These are NOT issue 38's targets (85% and 95%),
+        // which the static model does not reach (BENCHMARKS.md, "Relevance
+        // feedback").
+        Floors {
+            hybrid: (0.35, 0.58),
+            phrasing: (0.78, 0.89),
+            reversed: (0.80, 0.90),
+            held_out_misses: 1,
+        }
     }
 }
 
@@ -207,12 +262,11 @@ fn agents_find_their_tool_in_the_top_three() {
             l.line()
         );
     }
-    // Floors just under today's figures (60.4% and 37.4%), so a change that
-    // loses quality fails here. They are NOT the targets of issue 19 (top-3
-    // 90%, top-1 75%), which this ranking does not reach yet; BENCHMARKS.md
-    // says so.
-    assert!(h_all.top3() >= 0.58, "top-3 fell: {}", h_all.line());
-    assert!(h_all.top1() >= 0.35, "top-1 fell: {}", h_all.line());
+    // Not the targets of issue 19 (top-3 90%, top-1 75%), which no model
+    // here reaches; BENCHMARKS.md says so.
+    let (top1, top3) = floors().hybrid;
+    assert!(h_all.top3() >= top3, "top-3 fell: {}", h_all.line());
+    assert!(h_all.top1() >= top1, "top-1 fell: {}", h_all.line());
 }
 
 /// A query that is a tool's whole name finds that tool first, with meaning
@@ -356,10 +410,10 @@ fn servers_no_constant_was_chosen_on() {
     let [h, _, _] = evaluate(&hybrid, &described, true);
     println!("held out, described lexical {}", l.line());
     println!("held out, described hybrid  {}", h.line());
-    // A floor just under today's 27 of 28 (the miss: "comment on a page"
-    // ranks Notion's create-a-comment fifth, second by words alone); the
-    // issue's target for such queries is all of them.
-    assert!(h.top3 + 1 >= h.needs, "{}", h.line());
+    // The issue's target for such queries is all of them; the static model
+    // ranks Notion's create-a-comment fifth for "comment on a page" (second
+    // by words alone).
+    assert!(h.top3 + floors().held_out_misses >= h.needs, "{}", h.line());
 }
 
 /// When learning is weighed (any fixed time: the records are as fresh).
@@ -527,17 +581,15 @@ fn learning_from_another_phrasing_of_the_same_need() {
     let (scores, bound) = phrasing_scores(&hybrid, &needs, &second);
     let after = report_phrasing("another phrasing", "tools nobody used", scores);
     println!("nearest record alone (the bound)   {}", bound.line());
-    // Floors just under today's figures (79.2% and 89.8%), so that a
-    // change that loses what learning finds fails here. They are NOT the
-    // targets of issue 38 (85% and 95%), which this learning does not reach
-    // (BENCHMARKS.md, "Relevance feedback").
-    assert!(after.top1() >= 0.78, "{}", after.line());
-    assert!(after.top3() >= 0.89, "{}", after.line());
+    let floors = floors();
+    assert!(after.top1() >= floors.phrasing.0, "{}", after.line());
+    assert!(after.top3() >= floors.phrasing.1, "{}", after.line());
     // The other way round, which no constant was picked on: the second
-    // phrasings recorded, the first searched (81.1% and 90.9%).
+    // phrasings recorded, the first searched.
     let (scores, _) = phrasing_scores(&hybrid, &second, &needs);
     let reversed = report_phrasing("reversed", "reversed, nobody used", scores);
-    assert!(reversed.top3() >= 0.90, "{}", reversed.line());
+    assert!(reversed.top1() >= floors.reversed.0, "{}", reversed.line());
+    assert!(reversed.top3() >= floors.reversed.1, "{}", reversed.line());
 }
 
 /// Prints the scores of [`phrasing_scores`] and checks what holds either

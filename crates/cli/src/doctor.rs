@@ -369,6 +369,10 @@ fn search_check(config: &cem_config::Config) -> Check {
         (cem_host::discovery::Ranking::Lexical(_), Some(Err(_))) if config.search.semantic => {
             Status::Warn
         }
+        (cem_host::discovery::Ranking::Degraded(..), _) => Status::Warn,
+        (cem_host::discovery::Ranking::Lexical(_), _) if config.search.model.is_some() => {
+            Status::Warn
+        }
         _ => Status::Ok,
     };
     Check {

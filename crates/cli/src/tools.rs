@@ -180,6 +180,12 @@ async fn explain(
                 cem_catalog::LEARNING_KEEPS_WORDS_FIRST
             ));
         }
+        if why.kept_as_first {
+            reasons.push(format!(
+                "kept in the first {}: first before the records counted",
+                cem_catalog::LEARNING_KEEPS_WORDS_FIRST
+            ));
+        }
         if why.deprecated {
             reasons.push("deprecated (halved)".into());
         }

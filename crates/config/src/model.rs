@@ -60,6 +60,17 @@ pub struct SearchConfig {
     /// per tenant, and later searches close to them rank that tool higher.
     /// On by default; off records nothing and ranks without the records.
     pub learn: bool,
+    /// A sentence transformer to rank with instead of the built-in static
+    /// model: a directory with `model.onnx` and `vocab.txt`, as
+    /// `crates/embed/model/build_onnx.sh` makes it. None: the built-in
+    /// model. It finds far more tools asked for in other words, and learns
+    /// from use far better (BENCHMARKS.md, "A transformer at query time"),
+    /// for about a millisecond more a search.
+    pub model: Option<PathBuf>,
+    /// ONNX Runtime's shared library (`libonnxruntime.so`, 1.24 or newer),
+    /// which runs `model`; None: the `ORT_DYLIB_PATH` environment
+    /// variable.
+    pub onnx_runtime: Option<PathBuf>,
 }
 
 impl Default for SearchConfig {
@@ -67,6 +78,8 @@ impl Default for SearchConfig {
         SearchConfig {
             semantic: true,
             learn: true,
+            model: None,
+            onnx_runtime: None,
         }
     }
 }

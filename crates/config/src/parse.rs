@@ -797,7 +797,9 @@ impl Cx<'_> {
             match field.as_str() {
                 "semantic" => s.semantic = self.boolean(&key, v).unwrap_or(s.semantic),
                 "learn" => s.learn = self.boolean(&key, v).unwrap_or(s.learn),
-                _ => self.unknown(&key, &["semantic", "learn"]),
+                "model" => s.model = self.expanded(&key, v).map(PathBuf::from),
+                "onnx_runtime" => s.onnx_runtime = self.expanded(&key, v).map(PathBuf::from),
+                _ => self.unknown(&key, &["semantic", "learn", "model", "onnx_runtime"]),
             }
         }
         s

@@ -1,5 +1,7 @@
-//! A static embedding model: text to a unit vector by averaging the
-//! vectors of its word pieces, in microseconds and with no network.
+//! Embedding models: text to a unit vector. The built-in one is static
+//! (the mean of its word pieces' vectors, in microseconds and with no
+//! network); a sentence transformer under ONNX Runtime is the opt-in
+//! ([`OnnxModel`]).
 //!
 //! The built-in model (feature `builtin`, on by default) is a
 //! [Model2Vec](https://github.com/MinishLab/model2vec)-style distillation
@@ -14,26 +16,79 @@
 
 mod format;
 mod model;
+mod onnx;
 mod wordpiece;
 
 pub use format::ModelError;
 pub use model::{StaticModel, dot, normalize};
+pub use onnx::{OnnxError, OnnxModel};
+
+/// A model the catalog ranks with: the static one (microseconds a text,
+/// compiled in) or a sentence transformer under ONNX Runtime (about a
+/// millisecond a query, opt-in; it tells a need asked again in other words
+/// from another need much better, `model/README.md`).
+#[derive(Debug)]
+pub enum Model {
+    Static(StaticModel),
+    Onnx(OnnxModel),
+}
+
+impl Model {
+    /// The model's name and version: what caches of its vectors are keyed by.
+    pub fn name(&self) -> &str {
+        match self {
+            Model::Static(m) => m.name(),
+            Model::Onnx(m) => m.name(),
+        }
+    }
+
+    /// The length of its vectors.
+    pub fn dims(&self) -> usize {
+        match self {
+            Model::Static(m) => m.dims(),
+            Model::Onnx(m) => m.dims(),
+        }
+    }
+
+    /// Whether `word` (lowercase) is one whole token of the vocabulary.
+    pub fn knows(&self, word: &str) -> bool {
+        match self {
+            Model::Static(m) => m.knows(word),
+            Model::Onnx(m) => m.knows(word),
+        }
+    }
+
+    /// The unit vector of a text given as its lowercase words (split by
+    /// the caller); all zeros when no word is known.
+    pub fn embed<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<f32> {
+        match self {
+            Model::Static(m) => m.embed(words),
+            Model::Onnx(m) => m.embed(words),
+        }
+    }
+
+    /// Whether this is a transformer (whose cosines run on another scale
+    /// than the static model's: the catalog's learning weighs them apart).
+    pub fn is_transformer(&self) -> bool {
+        matches!(self, Model::Onnx(_))
+    }
+}
 
 /// The model compiled into this binary, parsed on first use. `None` when
 /// the crate was built without the `builtin` feature.
 #[cfg(feature = "builtin")]
-pub fn builtin() -> Option<Result<&'static StaticModel, &'static ModelError>> {
-    static MODEL: std::sync::OnceLock<Result<StaticModel, ModelError>> = std::sync::OnceLock::new();
+pub fn builtin() -> Option<Result<&'static Model, &'static ModelError>> {
+    static MODEL: std::sync::OnceLock<Result<Model, ModelError>> = std::sync::OnceLock::new();
     const BYTES: &[u8] = include_bytes!("../model/minilm-l6-static.bin");
     Some(
         MODEL
-            .get_or_init(|| StaticModel::from_static(BYTES))
+            .get_or_init(|| StaticModel::from_static(BYTES).map(Model::Static))
             .as_ref(),
     )
 }
 
 /// The model compiled into this binary: none in this build.
 #[cfg(not(feature = "builtin"))]
-pub fn builtin() -> Option<Result<&'static StaticModel, &'static ModelError>> {
+pub fn builtin() -> Option<Result<&'static Model, &'static ModelError>> {
     None
 }

@@ -17,7 +17,10 @@ const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 #[derive(Debug, Clone)]
 pub enum Ranking {
     /// Words and meaning, with this model.
-    Hybrid(&'static cem_catalog::StaticModel),
+    Hybrid(&'static cem_catalog::Model),
+    /// Words and meaning with the built-in model, because the transformer
+    /// the configuration names (`search.model`) could not be loaded: why.
+    Degraded(&'static cem_catalog::Model, String),
     /// Words only, for the reason given.
     Lexical(String),
 }
@@ -25,21 +28,41 @@ pub enum Ranking {
 impl Ranking {
     /// What the configuration asks and this build can do: hybrid unless
     /// `search.semantic` is off, the binary has no model, or it does not
-    /// load (said, never silent).
+    /// load (said, never silent). With `search.model`, that transformer;
+    /// when it does not load, the built-in model, said as loudly.
     pub fn from_config(config: &cem_config::SearchConfig) -> Self {
         if !config.semantic {
             return Ranking::Lexical(
                 "search.semantic is off (\"search\": {\"semantic\": true}, the default, turns meaning on)".into(),
             );
         }
-        match cem_catalog::builtin_model() {
-            Some(Ok(model)) => Ranking::Hybrid(model),
-            Some(Err(e)) => {
-                Ranking::Lexical(format!("the built-in embedding model is damaged: {e}"))
+        let transformer = config
+            .model
+            .as_deref()
+            .map(|dir| transformer(dir, config.onnx_runtime.as_deref()));
+        if let Some(Ok(model)) = transformer {
+            return Ranking::Hybrid(model);
+        }
+        let builtin = match cem_catalog::builtin_model() {
+            Some(Ok(model)) => Ok(model),
+            Some(Err(e)) => Err(format!("the built-in embedding model is damaged: {e}")),
+            None => {
+                Err("this binary was built without the embedding model (feature `semantic`)".into())
             }
-            None => Ranking::Lexical(
-                "this binary was built without the embedding model (feature `semantic`)".into(),
-            ),
+        };
+        match (transformer, builtin) {
+            (Some(Err(why)), Ok(model)) => Ranking::Degraded(model, why),
+            (Some(Err(why)), Err(also)) => Ranking::Lexical(format!("{why}; and {also}")),
+            (_, Ok(model)) => Ranking::Hybrid(model),
+            (_, Err(why)) => Ranking::Lexical(why),
+        }
+    }
+
+    /// The model searches rank with, if any.
+    pub fn model(&self) -> Option<&'static cem_catalog::Model> {
+        match self {
+            Ranking::Hybrid(model) | Ranking::Degraded(model, _) => Some(model),
+            Ranking::Lexical(_) => None,
         }
     }
 
@@ -47,9 +70,47 @@ impl Ranking {
     pub fn describe(&self) -> String {
         match self {
             Ranking::Hybrid(model) => format!("by words and meaning (model {})", model.name()),
+            Ranking::Degraded(model, why) => format!(
+                "by words and meaning with the built-in model {}, NOT the transformer search.model names: {why}",
+                model.name()
+            ),
             Ranking::Lexical(why) => format!("by words only: {why}"),
         }
     }
+}
+
+/// The transformer in `dir`, run by the ONNX Runtime library `runtime`:
+/// loaded once per process (each later configuration naming the same
+/// directory gets the same model), and kept for the process's life.
+fn transformer(
+    dir: &std::path::Path,
+    runtime: Option<&std::path::Path>,
+) -> Result<&'static cem_catalog::Model, String> {
+    type Loaded = Vec<(
+        std::path::PathBuf,
+        Result<&'static cem_catalog::Model, String>,
+    )>;
+    static LOADED: std::sync::Mutex<Loaded> = std::sync::Mutex::new(Vec::new());
+    let mut loaded = LOADED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, model)) = loaded.iter().find(|(d, _)| d == dir) {
+        return model.clone();
+    }
+    // One thread a search: the server answers many at once on few cores.
+    let model = cem_catalog::OnnxModel::load(dir, runtime, 1)
+        .map(|m| &*Box::leak(Box::new(cem_catalog::Model::Onnx(m))))
+        .map_err(|e| e.to_string());
+    match &model {
+        Ok(m) => {
+            tracing::info!(model = m.name(), dir = %dir.display(), "search ranks with a sentence transformer")
+        }
+        Err(e) => {
+            tracing::error!(dir = %dir.display(), "search.model does not load, ranking with the built-in model: {e}")
+        }
+    }
+    loaded.push((dir.to_path_buf(), model.clone()));
+    model
 }
 
 /// One built catalog and the servers whose tools could not be had.
@@ -123,10 +184,7 @@ impl CatalogService {
     /// thousands of tools the index and the vectors take a good part of a
     /// second, and the cache is files.
     async fn catalog_of(&self, entries: Vec<Entry>) -> Catalog {
-        let model = match self.ranking {
-            Ranking::Hybrid(model) => Some(model),
-            Ranking::Lexical(_) => None,
-        };
+        let model = self.ranking.model();
         let cache = self.vector_cache.clone();
         let build = move || match model {
             Some(model) => {

@@ -1,0 +1,214 @@
+//! A sentence transformer run by ONNX Runtime: the query's words in
+//! context, not a mean of static vectors. Opt-in (`search.model`): it needs
+//! ONNX Runtime's shared library, which this binary loads at run time and
+//! never ships, and a model directory that `model/build_onnx.sh` makes from
+//! all-MiniLM-L6-v2's published weights.
+//!
+//! The model directory holds `model.onnx` (one input, `input_ids`, the
+//! token ids of one text with `[CLS]` and `[SEP]`; one output, `embedding`,
+//! the mean-pooled unit vector) and `vocab.txt` (BERT's WordPiece
+//! vocabulary, one token a line, the line number its id).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ort::session::Session;
+use ort::value::Tensor;
+
+use crate::wordpiece;
+
+/// BERT's limit for all-MiniLM-L6-v2 as sentence-transformers runs it:
+/// longer texts (a tool's parameter descriptions) are cut.
+const MAX_TOKENS: usize = 256;
+
+/// Why a transformer could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    #[error(
+        "ONNX Runtime could not be loaded from {path}: {reason}. Point search.onnx_runtime \
+         (or ORT_DYLIB_PATH) at libonnxruntime.so 1.24 or newer, e.g. the one inside the \
+         `onnxruntime` Python package (site-packages/onnxruntime/capi/)"
+    )]
+    Runtime { path: PathBuf, reason: String },
+    #[error(
+        "no ONNX Runtime library given: set search.onnx_runtime (or ORT_DYLIB_PATH) to the path of \
+         libonnxruntime.so"
+    )]
+    NoRuntime,
+    #[error(
+        "cannot read {path}: {reason}. `crates/embed/model/build_onnx.sh DIR` makes a model directory"
+    )]
+    Read { path: PathBuf, reason: String },
+    #[error("{path} is not a usable sentence model: {reason}")]
+    Model { path: PathBuf, reason: String },
+}
+
+/// A sentence transformer in ONNX form, with its vocabulary.
+pub struct OnnxModel {
+    name: String,
+    dims: usize,
+    vocab: HashMap<Box<str>, u32>,
+    cls: u32,
+    sep: u32,
+    unk: u32,
+    /// One run at a time: ONNX Runtime's session wants `&mut` to run, and
+    /// its own threads already share the work of one text.
+    session: Mutex<Session>,
+    failures: AtomicU64,
+}
+
+impl std::fmt::Debug for OnnxModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnnxModel")
+            .field("name", &self.name)
+            .field("dims", &self.dims)
+            .field("vocabulary", &self.vocab.len())
+            .finish()
+    }
+}
+
+impl OnnxModel {
+    /// Loads ONNX Runtime from `runtime` (once per process: a second call
+    /// with another path keeps the first library) and the model of `dir`,
+    /// then embeds one text to learn its width and prove it runs.
+    pub fn load(dir: &Path, runtime: Option<&Path>, threads: usize) -> Result<Self, OnnxError> {
+        let runtime = match runtime {
+            Some(path) => path.to_path_buf(),
+            None => std::env::var_os("ORT_DYLIB_PATH")
+                .map(PathBuf::from)
+                .ok_or(OnnxError::NoRuntime)?,
+        };
+        let runtime_error = |reason: String| OnnxError::Runtime {
+            path: runtime.clone(),
+            reason,
+        };
+        let environment = ort::init_from(&runtime)
+            .map_err(|e| runtime_error(e.to_string()))?
+            .with_name("code-execution-mcp")
+            .build()
+            .map_err(|e| runtime_error(e.to_string()))?;
+        let vocab_path = dir.join("vocab.txt");
+        let text = std::fs::read_to_string(&vocab_path).map_err(|e| OnnxError::Read {
+            path: vocab_path.clone(),
+            reason: e.to_string(),
+        })?;
+        let vocab: HashMap<Box<str>, u32> = text
+            .lines()
+            .enumerate()
+            .map(|(i, t)| (Box::from(t), i as u32))
+            .collect();
+        let special = |token: &str| {
+            vocab.get(token).copied().ok_or_else(|| OnnxError::Model {
+                path: vocab_path.clone(),
+                reason: format!("its vocabulary has no {token}"),
+            })
+        };
+        let (cls, sep, unk) = (special("[CLS]")?, special("[SEP]")?, special("[UNK]")?);
+        let model_path = dir.join("model.onnx");
+        let model_error = |e: ort::Error| OnnxError::Model {
+            path: model_path.clone(),
+            reason: e.to_string(),
+        };
+        let mut builder = Session::builder(&environment)
+            .map_err(model_error)?
+            .with_intra_threads(threads.max(1))
+            .map_err(|e| OnnxError::Model {
+                path: model_path.clone(),
+                reason: e.to_string(),
+            })?;
+        let session = builder.commit_from_file(&model_path).map_err(model_error)?;
+        let mut model = OnnxModel {
+            name: String::new(),
+            dims: 0,
+            vocab,
+            cls,
+            sep,
+            unk,
+            session: Mutex::new(session),
+            failures: AtomicU64::new(0),
+        };
+        let probe = model.run(&[cls, sep]).map_err(model_error)?;
+        if probe.is_empty() {
+            return Err(OnnxError::Model {
+                path: model_path,
+                reason: "its output `embedding` is empty".into(),
+            });
+        }
+        model.dims = probe.len();
+        let bytes = std::fs::read(&model_path).map_err(|e| OnnxError::Read {
+            path: model_path.clone(),
+            reason: e.to_string(),
+        })?;
+        // Cached tool vectors are keyed by the name: another model file
+        // must not reuse them.
+        model.name = format!("onnx-{}-{:016x}", model.dims, fingerprint(&bytes));
+        Ok(model)
+    }
+
+    fn run(&self, ids: &[u32]) -> Result<Vec<f32>, ort::Error> {
+        let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+        let input = Tensor::from_array(([ids.len()], ids))?;
+        let mut session = self
+            .session
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let outputs = session.run(ort::inputs!["input_ids" => input])?;
+        let (_, values) = outputs["embedding"].try_extract_tensor::<f32>()?;
+        Ok(values.to_vec())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    pub fn knows(&self, word: &str) -> bool {
+        self.vocab.contains_key(word)
+    }
+
+    /// How many texts could not be embedded (each got a zero vector, so
+    /// ranked by words alone).
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The unit vector of a text given as its lowercase words; all zeros
+    /// when there are none or the runtime fails.
+    pub fn embed<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<f32> {
+        let mut ids = vec![self.cls];
+        for word in words {
+            let before = ids.len();
+            wordpiece::split(&self.vocab, word, &mut ids);
+            if ids.len() == before && !word.is_empty() {
+                ids.push(self.unk);
+            }
+            if ids.len() >= MAX_TOKENS - 1 {
+                ids.truncate(MAX_TOKENS - 1);
+                break;
+            }
+        }
+        if ids.len() == 1 {
+            return vec![0.0; self.dims];
+        }
+        ids.push(self.sep);
+        match self.run(&ids) {
+            Ok(v) if v.len() == self.dims && v.iter().all(|x| x.is_finite()) => v,
+            _ => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                vec![0.0; self.dims]
+            }
+        }
+    }
+}
+
+/// FNV-1a over the model file: a stable name for its vectors' cache.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
