@@ -5,6 +5,7 @@ explained and cleared from the CLI, and `search.learn: false` records nothing.""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -93,3 +94,56 @@ async def test_search_learn_off_records_nothing(data_dir: Path, tmp_path: Path):
         assert ran["success"], ran
         assert await names(client, NEED) == before
     assert not (data_dir / "search" / "learned.json").exists()
+
+
+def transformer() -> dict:
+    """The `search` section naming the transformer `scripts/test` builds (crates/embed/model/build_onnx.sh)."""
+    model, runtime = os.environ.get("CEM_ONNX_MODEL_DIR"), os.environ.get("CEM_ONNX_RUNTIME")
+    if not (model and runtime):
+        pytest.fail("CEM_ONNX_MODEL_DIR and CEM_ONNX_RUNTIME name the transformer scripts/test builds; run "
+                    "crates/embed/model/build_onnx.sh DIR and set them to DIR/minilm and DIR/runtime/libonnxruntime.so")
+    return {"model": model, "onnx_runtime": runtime}
+
+
+# Needs in other words that the built-in static model leaves out of the first three (asserted below).
+PARAPHRASES = {
+    "Which top-level locations on this computer are open to me for reading and writing?":
+        "filesystem.list_allowed_directories",
+    "Give me the complete stored contents: every record and every link between them.": "memory.read_graph",
+}
+
+
+async def test_the_transformer_finds_needs_in_other_words_and_learns(data_dir: Path, tmp_path: Path):
+    repo = git_repo(tmp_path)
+    servers = five_servers(tmp_path)
+    async with Client(params_for(data_dir / "static", tmp_path, servers)) as client:
+        for query, tool in PARAPHRASES.items():
+            assert tool not in (await names(client, query))[:3], query
+    async with Client(params_for(data_dir, tmp_path, servers, search=transformer())) as client:
+        for query, tool in PARAPHRASES.items():
+            assert (await names(client, query))[0] == tool, query
+        # Learning works with it as with the static model: one use after a search, and the same need in
+        # other words finds the tool first.
+        assert (await names(client, "what got committed to the repo recently, and by whom?"))[0] != "git.git_log"
+        ran = await call(client, "execute_code", {"code": (
+            f"log = call_tool('git.git_log', {{'repo_path': {str(repo)!r}, 'max_count': 1}})\nresult = 'one' in str(log)")})
+        assert ran["success"] and ran["result"] is True, ran
+        assert (await names(client, "who committed what to the repository lately?"))[0] == "git.git_log"
+    config = tmp_path / "mcp_config.json"
+    doctor = run_cli("--config", str(config), "--data-dir", str(data_dir), "doctor", "--json", timeout=120)
+    search = next(c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "search")
+    assert search["status"] == "ok" and "model onnx-384-" in search["detail"], search
+
+
+async def test_a_transformer_that_does_not_load_is_said_and_search_still_ranks(data_dir: Path, tmp_path: Path):
+    missing = tmp_path / "no-such-model"
+    search = {"model": str(missing), "onnx_runtime": transformer()["onnx_runtime"]}
+    async with Client(params_for(data_dir, tmp_path, five_servers(tmp_path), search=search)) as client:
+        found = await names(client, "commit logs")
+        assert found[0] == "git.git_log", found
+    config = tmp_path / "mcp_config.json"
+    doctor = run_cli("--config", str(config), "--data-dir", str(data_dir), "doctor", "--json", timeout=120)
+    check = next(c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "search")
+    assert check["status"] == "warn", check
+    assert "NOT the transformer" in check["detail"] and str(missing) in check["detail"], check
+    assert "build_onnx.sh" in check["detail"], check

@@ -30,6 +30,11 @@ pub(crate) struct Closeness {
     pub own: Vec<f32>,
     /// The cosine with the centroid of the entry's category.
     pub server: Vec<f32>,
+    /// The words the query was embedded from, and its vector: what
+    /// learning reuses when it embeds the same words (a transformer's query
+    /// costs a millisecond).
+    pub words: Vec<String>,
+    pub query: Vec<f32>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -132,6 +137,8 @@ impl Semantic {
                 .iter()
                 .map(|c| per_category.get(*c as usize).copied().unwrap_or(0.0))
                 .collect(),
+            words: words.to_vec(),
+            query: q,
         })
     }
 }

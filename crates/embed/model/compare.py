@@ -164,9 +164,11 @@ def learning_bound(enc, prefix):
     print(f"nearest record alone: top-1 {100 * t1 / n:5.1f}%  top-3 {100 * t3 / n:5.1f}%  ({n} needs)")
 
 
-# crates/catalog/src/index.rs and learned.rs.
+# crates/catalog/src/index.rs and learned.rs; the hub weight, shift and centre are the static model's
+# (crates/catalog/src/tuning.rs, STATIC: the transformer's own are there too, and the evaluation measures
+# them with CEM_ONNX_MODEL set).
 LEARN_WEIGHT, LEARN_SHARED_FLOOR, LEARN_MEANING_WEIGHT, LEARN_HUB_WEIGHT, HUB_NEIGHBOURS = 1.0, 0.5, 1.5, 0.5, 5
-# crates/catalog/src/index.rs (`shifted`) and prepared.rs (`shifts`).
+# crates/catalog/src/index.rs (`shifted`) and prepared.rs (`used_tools`).
 LEARN_SHIFT, SHIFT_CENTRE = 1.25, 1.5
 # One use recorded: 1 - e^-1 of what many give (learned.rs, `weight_at`).
 ONE_USE = 1 - math.exp(-1)
