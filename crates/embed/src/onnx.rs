@@ -70,7 +70,7 @@ impl std::fmt::Debug for OnnxModel {
 }
 
 impl OnnxModel {
-    /// Loads ONNX Runtime from `runtime` (once per process: a second call
+    /// Loads ONNX Runtime from `runtime` (once per process: a later call
     /// with another path keeps the first library) and the model of `dir`,
     /// then embeds one text to learn its width and prove it runs.
     pub fn load(dir: &Path, runtime: Option<&Path>, threads: usize) -> Result<Self, OnnxError> {
@@ -80,15 +80,7 @@ impl OnnxModel {
                 .map(PathBuf::from)
                 .ok_or(OnnxError::NoRuntime)?,
         };
-        let runtime_error = |reason: String| OnnxError::Runtime {
-            path: runtime.clone(),
-            reason,
-        };
-        let environment = ort::init_from(&runtime)
-            .map_err(|e| runtime_error(e.to_string()))?
-            .with_name("code-execution-mcp")
-            .build()
-            .map_err(|e| runtime_error(e.to_string()))?;
+        let environment = environment(&runtime)?;
         let vocab_path = dir.join("vocab.txt");
         let text = std::fs::read_to_string(&vocab_path).map_err(|e| OnnxError::Read {
             path: vocab_path.clone(),
@@ -204,6 +196,30 @@ impl OnnxModel {
             }
         }
     }
+}
+
+/// ONNX Runtime's environment: one per process (`ort` refuses a second),
+/// made on the first load that succeeds, with the library of that load; a
+/// later load naming another library gets this one.
+fn environment(runtime: &Path) -> Result<ort::environment::Environment, OnnxError> {
+    static ENVIRONMENT: Mutex<Option<ort::environment::Environment>> = Mutex::new(None);
+    let mut made = ENVIRONMENT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(environment) = made.as_ref() {
+        return Ok(environment.clone());
+    }
+    let runtime_error = |reason: String| OnnxError::Runtime {
+        path: runtime.to_path_buf(),
+        reason,
+    };
+    let environment = ort::init_from(runtime)
+        .map_err(|e| runtime_error(e.to_string()))?
+        .with_name("code-execution-mcp")
+        .build()
+        .map_err(|e| runtime_error(e.to_string()))?;
+    *made = Some(environment.clone());
+    Ok(environment)
 }
 
 /// FNV-1a over the model file: a stable name for its vectors' cache.

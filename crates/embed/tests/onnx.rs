@@ -1,0 +1,90 @@
+//! The opt-in transformer against a real model and a real ONNX Runtime:
+//! `CEM_ONNX_MODEL` names a directory `model/build_onnx.sh` made
+//! (`DIR/minilm`), `CEM_ONNX_RUNTIME` its library. `scripts/test` sets both
+//! and runs this file; without them each test says so and checks nothing.
+
+use std::path::{Path, PathBuf};
+
+use cem_embed::{OnnxError, OnnxModel, dot};
+
+fn paths() -> Option<(PathBuf, PathBuf)> {
+    let model = std::env::var_os("CEM_ONNX_MODEL")?;
+    let runtime = std::env::var_os("CEM_ONNX_RUNTIME")?;
+    Some((model.into(), runtime.into()))
+}
+
+fn load() -> Option<OnnxModel> {
+    let Some((model, runtime)) = paths() else {
+        eprintln!(
+            "CEM_ONNX_MODEL / CEM_ONNX_RUNTIME unset: nothing checked (scripts/test sets them)"
+        );
+        return None;
+    };
+    match OnnxModel::load(&model, Some(&runtime), 1) {
+        Ok(m) => Some(m),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn words(text: &str) -> Vec<&str> {
+    text.split(' ').collect()
+}
+
+#[test]
+fn it_embeds_by_meaning_into_unit_vectors() {
+    let Some(m) = load() else { return };
+    assert_eq!(m.dims(), 384);
+    assert!(m.name().starts_with("onnx-384-"), "{}", m.name());
+    let delete = m.embed(words("delete a file from the disk"));
+    let remove = m.embed(words("remove the document from storage"));
+    let time = m.embed(words("what time is it in tokyo"));
+    assert!((dot(&delete, &delete) - 1.0).abs() < 1e-3);
+    assert!(
+        dot(&delete, &remove) > dot(&delete, &time) + 0.2,
+        "{} against {}",
+        dot(&delete, &remove),
+        dot(&delete, &time)
+    );
+    assert_eq!(m.failures(), 0);
+}
+
+#[test]
+fn nothing_to_embed_gives_zeros_and_a_long_text_is_cut() {
+    let Some(m) = load() else { return };
+    assert!(m.embed(std::iter::empty()).iter().all(|x| *x == 0.0));
+    // Far past the 256 tokens the model takes: cut, not refused.
+    let long = "parameter description of a tool ".repeat(300);
+    let v = m.embed(words(long.trim()));
+    assert!((dot(&v, &v) - 1.0).abs() < 1e-3);
+    // A word outside the vocabulary is BERT's [UNK], not an error.
+    let v = m.embed(["\u{1f9ea}\u{1f9ea}"]);
+    assert!(v.iter().all(|x| x.is_finite()));
+    assert!(m.knows("file") && !m.knows("qqqzzzxq"));
+}
+
+#[test]
+fn two_models_in_one_process_share_the_runtime() {
+    // ONNX Runtime allows one environment a process: a second load (another
+    // configuration, `doctor` beside the server) must reuse it.
+    let (Some(a), Some(b)) = (load(), load()) else {
+        return;
+    };
+    let text = words("list the branches of a repository");
+    assert_eq!(a.embed(text.clone()), b.embed(text));
+}
+
+#[test]
+fn a_missing_model_names_the_file_and_what_makes_it() {
+    let Some((_, runtime)) = paths() else { return };
+    let missing = Path::new("/nonexistent/minilm");
+    match OnnxModel::load(missing, Some(&runtime), 1) {
+        Err(e @ OnnxError::Read { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("/nonexistent/minilm/vocab.txt") && text.contains("build_onnx.sh"),
+                "{text}"
+            );
+        }
+        other => panic!("expected a read error, got {other:?}"),
+    }
+}
