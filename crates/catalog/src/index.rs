@@ -416,6 +416,13 @@ impl Catalog {
             {
                 kept_by_words = Some(kept);
             }
+            // Said only of a tool still in the first places.
+            kept_as_first = kept_as_first.filter(|&first| {
+                hits.iter().find(|h| h.index == first).is_some_and(|hit| {
+                    hits.iter().filter(|h| self.ranks_before(h, hit)).count()
+                        < LEARNING_KEEPS_WORDS_FIRST
+                })
+            });
         }
         // With meaning, the bonus would multiply the cosine too, and lift a
         // tool for an incidental word: "read a file" then needs no help.

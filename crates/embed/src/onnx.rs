@@ -23,6 +23,11 @@ use crate::wordpiece;
 /// longer texts (a tool's parameter descriptions) are cut.
 const MAX_TOKENS: usize = 256;
 
+/// Changes when the way texts become token ids changes (it is part of the
+/// model's name, which cached vectors are keyed by). FNV-1a's offset basis,
+/// plus the version.
+const TOKENIZER_VERSION: u64 = 0xcbf2_9ce4_8422_2325 + 1;
+
 /// Why a transformer could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
@@ -34,14 +39,19 @@ pub enum OnnxError {
     Runtime { path: PathBuf, reason: String },
     #[error(
         "no ONNX Runtime library given: set search.onnx_runtime (or ORT_DYLIB_PATH) to the path of \
-         libonnxruntime.so"
+         libonnxruntime.so, e.g. the one `crates/embed/model/build_onnx.sh DIR` copies to \
+         DIR/runtime/ from the `onnxruntime` Python package"
     )]
     NoRuntime,
     #[error(
         "cannot read {path}: {reason}. `crates/embed/model/build_onnx.sh DIR` makes a model directory"
     )]
     Read { path: PathBuf, reason: String },
-    #[error("{path} is not a usable sentence model: {reason}")]
+    #[error(
+        "{path} is not a usable sentence model: {reason}. `crates/embed/model/build_onnx.sh DIR` \
+         makes one (one input `input_ids`, one text with [CLS] and [SEP]; one output `embedding`, \
+         its pooled vector)"
+    )]
     Model { path: PathBuf, reason: String },
 }
 
@@ -121,11 +131,18 @@ impl OnnxModel {
             session: Mutex::new(session),
             failures: AtomicU64::new(0),
         };
+        // Two lengths of text: a per-token output would change width.
         let probe = model.run(&[cls, sep]).map_err(model_error)?;
-        if probe.is_empty() {
+        let longer = model.run(&[cls, unk, unk, sep]).map_err(model_error)?;
+        if probe.is_empty() || probe.len() != longer.len() {
             return Err(OnnxError::Model {
                 path: model_path,
-                reason: "its output `embedding` is empty".into(),
+                reason: format!(
+                    "its output `embedding` is {} wide for 2 tokens and {} for 4: it must be one \
+                     vector a text",
+                    probe.len(),
+                    longer.len()
+                ),
             });
         }
         model.dims = probe.len();
@@ -133,9 +150,10 @@ impl OnnxModel {
             path: model_path.clone(),
             reason: e.to_string(),
         })?;
-        // Cached tool vectors are keyed by the name: another model file
-        // must not reuse them.
-        model.name = format!("onnx-{}-{:016x}", model.dims, fingerprint(&bytes));
+        // Cached tool vectors are keyed by the name: another model file, another
+        // vocabulary or another way of tokenizing must not reuse them.
+        let key = fingerprint(text.as_bytes(), fingerprint(&bytes, TOKENIZER_VERSION));
+        model.name = format!("onnx-{}-{key:016x}", model.dims);
         Ok(model)
     }
 
@@ -147,7 +165,15 @@ impl OnnxModel {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let outputs = session.run(ort::inputs!["input_ids" => input])?;
-        let (_, values) = outputs["embedding"].try_extract_tensor::<f32>()?;
+        let output = outputs
+            .get("embedding")
+            .ok_or_else(|| ort::Error::new("it has no output named `embedding`"))?;
+        let (shape, values) = output.try_extract_tensor::<f32>()?;
+        if shape.len() != 1 {
+            return Err(ort::Error::new(format!(
+                "its output `embedding` has shape {shape:?}, not one vector a text (a pooled sentence embedding)"
+            )));
+        }
         Ok(values.to_vec())
     }
 
@@ -173,28 +199,47 @@ impl OnnxModel {
     /// when there are none or the runtime fails.
     pub fn embed<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<f32> {
         let mut ids = vec![self.cls];
+        let mut known = false;
         for word in words {
             let before = ids.len();
             wordpiece::split(&self.vocab, word, &mut ids);
-            if ids.len() == before && !word.is_empty() {
-                ids.push(self.unk);
+            if ids.len() == before {
+                if !word.is_empty() {
+                    ids.push(self.unk);
+                }
+            } else {
+                known = true;
             }
             if ids.len() >= MAX_TOKENS - 1 {
                 ids.truncate(MAX_TOKENS - 1);
                 break;
             }
         }
-        if ids.len() == 1 {
+        // As the static model: no known word, no meaning (the search then
+        // ranks by words alone).
+        if !known {
             return vec![0.0; self.dims];
         }
         ids.push(self.sep);
-        match self.run(&ids) {
-            Ok(v) if v.len() == self.dims && v.iter().all(|x| x.is_finite()) => v,
-            _ => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                vec![0.0; self.dims]
-            }
+        let failed = match self.run(&ids) {
+            Ok(v) if v.len() == self.dims && v.iter().all(|x| x.is_finite()) => return v,
+            Ok(v) => format!(
+                "{} values, {} of them finite",
+                v.len(),
+                v.iter().filter(|x| x.is_finite()).count()
+            ),
+            Err(e) => e.to_string(),
+        };
+        let count = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        // The 1st, 2nd, 4th, 8th ... failure: said, not flooded.
+        if count.is_power_of_two() {
+            tracing::warn!(
+                model = %self.name,
+                failures = count,
+                "the transformer failed to embed a text (it ranks by words alone): {failed}"
+            );
         }
+        vec![0.0; self.dims]
     }
 }
 
@@ -222,9 +267,9 @@ fn environment(runtime: &Path) -> Result<ort::environment::Environment, OnnxErro
     Ok(environment)
 }
 
-/// FNV-1a over the model file: a stable name for its vectors' cache.
-fn fingerprint(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+/// FNV-1a over `bytes`, from `seed`: a stable name for the vectors' cache.
+fn fingerprint(bytes: &[u8], seed: u64) -> u64 {
+    bytes.iter().fold(seed, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
 }

@@ -32,9 +32,14 @@ impl Ranking {
     /// when it does not load, the built-in model, said as loudly.
     pub fn from_config(config: &cem_config::SearchConfig) -> Self {
         if !config.semantic {
-            return Ranking::Lexical(
-                "search.semantic is off (\"search\": {\"semantic\": true}, the default, turns meaning on)".into(),
-            );
+            let ignored = if config.model.is_some() {
+                "; search.model is ignored with it"
+            } else {
+                ""
+            };
+            return Ranking::Lexical(format!(
+                "search.semantic is off (\"search\": {{\"semantic\": true}}, the default, turns meaning on){ignored}"
+            ));
         }
         let transformer = config
             .model
@@ -69,6 +74,12 @@ impl Ranking {
     /// One line for `doctor` and the logs.
     pub fn describe(&self) -> String {
         match self {
+            Ranking::Hybrid(model) if model.failures() > 0 => format!(
+                "by words and meaning (model {}), but it failed to embed {} text(s), which rank by \
+                 their words alone: see the server's log",
+                model.name(),
+                model.failures()
+            ),
             Ranking::Hybrid(model) => format!("by words and meaning (model {})", model.name()),
             Ranking::Degraded(model, why) => format!(
                 "by words and meaning with the built-in model {}, NOT the transformer search.model names: {why}",
@@ -81,21 +92,19 @@ impl Ranking {
 
 /// The transformer in `dir`, run by the ONNX Runtime library `runtime`:
 /// loaded once per process (each later configuration naming the same
-/// directory gets the same model), and kept for the process's life.
+/// directory gets the same model, whatever library it names: ONNX Runtime
+/// is loaded once a process), and kept for the process's life.
 fn transformer(
     dir: &std::path::Path,
     runtime: Option<&std::path::Path>,
 ) -> Result<&'static cem_catalog::Model, String> {
-    type Loaded = Vec<(
-        std::path::PathBuf,
-        Result<&'static cem_catalog::Model, String>,
-    )>;
+    type Loaded = Vec<(std::path::PathBuf, &'static cem_catalog::Model)>;
     static LOADED: std::sync::Mutex<Loaded> = std::sync::Mutex::new(Vec::new());
     let mut loaded = LOADED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some((_, model)) = loaded.iter().find(|(d, _)| d == dir) {
-        return model.clone();
+        return Ok(model);
     }
     // One thread a search: the server answers many at once on few cores.
     let model = cem_catalog::OnnxModel::load(dir, runtime, 1)
@@ -109,7 +118,11 @@ fn transformer(
             tracing::error!(dir = %dir.display(), "search.model does not load, ranking with the built-in model: {e}")
         }
     }
-    loaded.push((dir.to_path_buf(), model.clone()));
+    // A model that loaded is kept; one that did not is tried again by the
+    // next configuration that names it (a path fixed, a library installed).
+    if let Ok(m) = model {
+        loaded.push((dir.to_path_buf(), m));
+    }
     model
 }
 
