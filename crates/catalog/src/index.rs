@@ -364,11 +364,12 @@ impl Catalog {
             // in the first three too (a need nobody asked before is mostly
             // one the catalog already finds).
             let keep_first = crate::tuning::of(self.semantic.as_ref().map(|s| s.model)).keep_first;
-            let first_before = hits
-                .iter()
-                .min_by(|a, b| self.result_order(a, b))
-                .map(|h| h.index)
-                .filter(|_| keep_first);
+            // A pass over every hit (most of a large catalog, with meaning):
+            // only for a model that keeps it.
+            let first_before = keep_first
+                .then(|| hits.iter().min_by(|a, b| self.result_order(a, b)))
+                .flatten()
+                .map(|h| h.index);
             let kept =
                 self.words_first_in_top(&hits, &lexical, in_category, LEARNING_KEEPS_WORDS_FIRST);
             let at: HashMap<usize, usize> = hits
