@@ -159,7 +159,9 @@ impl Catalog {
     /// vectors of these `entries` (see [`Semantic::new`]).
     pub fn hybrid(entries: Vec<Entry>, semantic: Semantic) -> Self {
         let mut catalog = Self::new(entries);
-        if semantic.vectors.len() == catalog.entries.len() * semantic.model.dims() {
+        if semantic.vectors.len() == catalog.entries.len()
+            && semantic.vectors.dims() == semantic.model.dims()
+        {
             catalog.semantic = Some(semantic);
         }
         catalog
@@ -372,19 +374,22 @@ impl Catalog {
                 .map(|h| h.index);
             let kept =
                 self.words_first_in_top(&hits, &lexical, in_category, LEARNING_KEEPS_WORDS_FIRST);
-            let at: HashMap<usize, usize> = hits
-                .iter()
-                .enumerate()
-                .map(|(at, h)| (h.index, at))
-                .collect();
+            // Each entry's place in the hits, by its index (a hash map over
+            // most of a large catalog cost a third of a millisecond).
+            let mut at = vec![usize::MAX; self.entries.len()];
+            for (place, hit) in hits.iter().enumerate() {
+                if let Some(slot) = at.get_mut(hit.index) {
+                    *slot = place;
+                }
+            }
             for &(index, boost, _) in &learned {
                 let boost = if deprecated(index) {
                     boost * DEPRECATED_FACTOR
                 } else {
                     boost
                 };
-                match at.get(&index) {
-                    Some(&at) => hits[at].score += boost,
+                match at.get(index).copied().filter(|&at| at != usize::MAX) {
+                    Some(at) => hits[at].score += boost,
                     // Not a hit before (no word in common, meaning too far):
                     // what it had, and what records add.
                     None if in_category(index) && boost > 0.0 => {
@@ -588,8 +593,8 @@ impl Catalog {
         let places = prepared.placed(self.id, |used| {
             let index = *self.by_qualified.get(&used.tool)?;
             let dot = semantic
-                .and_then(|s| s.vector(index))
-                .map_or(0.0, |(v, _)| cem_embed::dot(v, &used.shift));
+                .and_then(|s| s.entry_vector(index))
+                .map_or(0.0, |v| cem_embed::dot(&v, &used.shift));
             Some((index, dot))
         });
         let tools = prepared.tools.len();
@@ -721,7 +726,7 @@ impl Catalog {
         let change =
             |used: &crate::prepared::UsedTool, place: &Option<(usize, f32)>, query_dot: f32| {
                 let (index, vector_dot) = (*place)?;
-                let (_, length2) = semantic.vector(index)?;
+                let length2 = semantic.length2(index)?;
                 let (own, server) = (*closeness.own.get(index)?, *closeness.server.get(index)?);
                 // One use counts 0.63 of many.
                 let k = shift * (1.0 - (-used.weight_at(now)).exp());
@@ -1026,12 +1031,28 @@ fn same_name(a: &str, b: &str) -> bool {
 /// [`MIN_COSINE`]: a close server alone does not make a tool a hit.
 fn blend(lexical: &HashMap<u32, f32>, closeness: &Closeness) -> Vec<Hit> {
     let best = lexical.values().fold(0f32, |m, s| m.max(*s));
-    let mut hits = Vec::new();
-    for (index, (cosine, server)) in closeness.own.iter().zip(&closeness.server).enumerate() {
-        let lex = match lexical.get(&(index as u32)) {
-            Some(s) => s / best.max(f32::MIN_POSITIVE),
-            None if *cosine < MIN_COSINE => continue,
-            None => 0.0,
+    // Each entry's lexical score by its place (NaN for none): a hash lookup
+    // per entry of a large catalog cost more than the cosines.
+    let mut by_index = vec![f32::NAN; closeness.own.len()];
+    for (&index, &score) in lexical {
+        if let Some(slot) = by_index.get_mut(index as usize) {
+            *slot = score;
+        }
+    }
+    let mut hits = Vec::with_capacity(closeness.own.len());
+    for (index, ((cosine, server), score)) in closeness
+        .own
+        .iter()
+        .zip(&closeness.server)
+        .zip(&by_index)
+        .enumerate()
+    {
+        let lex = if !score.is_nan() {
+            score / best.max(f32::MIN_POSITIVE)
+        } else if *cosine < MIN_COSINE {
+            continue;
+        } else {
+            0.0
         };
         hits.push(Hit {
             index,

@@ -17,11 +17,13 @@
 mod format;
 mod model;
 mod onnx;
+mod quantized;
 mod wordpiece;
 
 pub use format::ModelError;
 pub use model::{StaticModel, dot, normalize};
 pub use onnx::{OnnxError, OnnxModel};
+pub use quantized::Quantized;
 
 /// A model the catalog ranks with: the static one (microseconds a text,
 /// compiled in) or a sentence transformer under ONNX Runtime (about a

@@ -1,0 +1,167 @@
+//! Many vectors kept as signed bytes, each with its own scale: what a
+//! search compares a query with (one row per tool). A quarter of the memory
+//! of `f32` rows, and a quarter of what a search reads: over 10,000 tools
+//! of a 384-wide model, 3.8 MB instead of 15 MB, which no longer pushes a
+//! transformer's weights out of the processor's cache between two searches.
+//! A cosine moves by about a thousandth (`dots_are_close_to_the_exact_ones`).
+
+/// `count × dims` signed bytes and one scale per row: row `i`'s value `k`
+/// is `bytes[i·dims + k] × scales[i]`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Quantized {
+    dims: usize,
+    bytes: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Quantized {
+    /// The rows of `values` (`dims` wide; a last partial row is dropped).
+    pub fn new(values: &[f32], dims: usize) -> Self {
+        let mut quantized = Quantized {
+            dims,
+            ..Quantized::default()
+        };
+        if dims == 0 {
+            return quantized;
+        }
+        for row in values.chunks_exact(dims) {
+            let scale = quantize_into(row, &mut quantized.bytes);
+            quantized.scales.push(scale);
+        }
+        quantized
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        self.scales.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.scales.is_empty()
+    }
+
+    pub fn dims(&self) -> usize {
+        self.dims
+    }
+
+    /// Row `index` as `f32` values (as the rows hold it, rounded).
+    pub fn row(&self, index: usize) -> Option<Vec<f32>> {
+        let scale = *self.scales.get(index)?;
+        let bytes = self.bytes.get(index * self.dims..(index + 1) * self.dims)?;
+        Some(bytes.iter().map(|b| f32::from(*b) * scale).collect())
+    }
+
+    /// The dot of `query` (`dims` wide) with every row, in order; zeros for
+    /// a query of another width. The query is rounded to bytes as the rows
+    /// are, so each dot is a sum of byte products.
+    pub fn dots(&self, query: &[f32]) -> Vec<f32> {
+        if query.len() != self.dims || self.dims == 0 {
+            return vec![0.0; self.len()];
+        }
+        let mut q = Vec::with_capacity(self.dims);
+        let q_scale = quantize_into(query, &mut q);
+        self.bytes
+            .chunks_exact(self.dims)
+            .zip(&self.scales)
+            .map(|(row, scale)| dot_bytes(&q, row) as f32 * scale * q_scale)
+            .collect()
+    }
+}
+
+/// Appends `row` as bytes to `out` (its largest value as ±127); returns
+/// the scale that gives the values back.
+fn quantize_into(row: &[f32], out: &mut Vec<i8>) -> f32 {
+    let largest = row
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0f32, |m, x| m.max(x.abs()));
+    if largest <= f32::MIN_POSITIVE {
+        out.extend(std::iter::repeat_n(0i8, row.len()));
+        return 0.0;
+    }
+    let to_byte = 127.0 / largest;
+    // `as` saturates (and makes NaN 0): the value is within ±127 anyway.
+    out.extend(row.iter().map(|x| (x * to_byte).round() as i8));
+    largest / 127.0
+}
+
+/// The dot of two byte rows. Sixteen running sums so the compiler can keep
+/// them in vector registers; a row of 384 bytes sums to at most
+/// 384 × 127² (6.2 million), far within `i32`.
+fn dot_bytes(a: &[i8], b: &[i8]) -> i32 {
+    let mut acc = [0i32; 16];
+    let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
+    let tail: i32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| i32::from(*x) * i32::from(*y))
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..16 {
+            acc[k] += i32::from(x[k]) * i32::from(y[k]);
+        }
+    }
+    acc.iter().sum::<i32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{dot, normalize};
+
+    /// Unit vectors with a spread of values, as a model's are.
+    fn vectors(count: usize, dims: usize) -> Vec<f32> {
+        let mut seed = 0x2545_f491_u32;
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let mut v: Vec<f32> = (0..dims)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    (seed % 2001) as f32 / 1000.0 - 1.0
+                })
+                .collect();
+            normalize(&mut v);
+            out.extend(v);
+        }
+        out
+    }
+
+    #[test]
+    fn dots_are_close_to_the_exact_ones() {
+        let dims = 384;
+        let rows = vectors(200, dims);
+        let quantized = Quantized::new(&rows, dims);
+        assert_eq!(quantized.len(), 200);
+        let query = vectors(1, dims);
+        let dots = quantized.dots(&query);
+        for (row, approx) in rows.chunks_exact(dims).zip(&dots) {
+            let exact = dot(&query, row);
+            assert!((exact - approx).abs() < 0.004, "{exact} vs {approx}");
+        }
+        // A row read back is the row, rounded.
+        let Some(back) = quantized.row(7) else {
+            panic!("no row 7");
+        };
+        let original = &rows[7 * dims..8 * dims];
+        assert!(back.iter().zip(original).all(|(a, b)| (a - b).abs() < 0.01));
+        assert!((dot(&back, original) - 1.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn zero_rows_odd_widths_and_wrong_queries() {
+        let rows = [0.0, 0.0, 0.0, 0.5, -1.0, 0.25, f32::NAN, 1.0, 0.0];
+        let quantized = Quantized::new(&rows, 3);
+        assert_eq!(quantized.row(0), Some(vec![0.0, 0.0, 0.0]));
+        let dots = quantized.dots(&[0.0, 1.0, 0.0]);
+        assert_eq!(dots[0], 0.0);
+        assert!((dots[1] + 1.0).abs() < 0.01, "{dots:?}");
+        // NaN is no value: the row keeps the rest.
+        assert!((dots[2] - 1.0).abs() < 0.01, "{dots:?}");
+        assert_eq!(quantized.dots(&[1.0, 0.0]), vec![0.0; 3]);
+        assert_eq!(quantized.row(3), None);
+        assert!(Quantized::new(&rows, 0).is_empty());
+    }
+}
