@@ -503,12 +503,12 @@ def test_a_search_on_one_node_learns_from_a_use_on_another(tmp_path: Path):
         learned = ("SELECT words || ' -> ' || tool || ' ' || weight FROM cem_learned"
                    " WHERE tenant = 'token-alice' ORDER BY tool")
         rows = rows_once(d, learned, lambda rows: rows.strip())
-        assert rows.strip() == "who touched code recently -> git.git_log 1", rows
+        assert rows.strip() == "who touched the code recently -> git.git_log 1", rows
         # Another tool used after the same search, on both nodes: recorded once.
         assert body(rpc(n1, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
         assert body(rpc(n2, "get_tool_definition", {"tool_name": "git.git_status"})[0])["success"]
         rows = rows_once(d, learned, lambda rows: "git_status" in rows)
-        assert rows.split("\n") == ["who touched code recently -> git.git_log 1",
-                                     "who touched code recently -> git.git_status 1"], rows
+        assert rows.split("\n") == ["who touched the code recently -> git.git_log 1",
+                                     "who touched the code recently -> git.git_status 1"], rows
     finally:
         teardown(d)

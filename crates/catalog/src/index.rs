@@ -580,11 +580,9 @@ impl Catalog {
         }
         let semantic = self.semantic.as_ref();
         let model = semantic.map(|s| s.model);
-        let q = match closeness {
-            Some(closeness) if closeness.words == words => Some(closeness.query.clone()),
-            _ => model.map(|m| m.embed(words.iter().map(String::as_str))),
-        }
-        .filter(|v| v.iter().any(|x| *x != 0.0));
+        let q = closeness
+            .map(|c| c.learning.as_slice())
+            .filter(|v| v.iter().any(|x| *x != 0.0));
         let prepared = learning.learned.prepared(model);
         let dims = model.map_or(0, |m| m.dims());
         let tuning = crate::tuning::of(model);

@@ -104,7 +104,7 @@ impl Prepared {
         for (used, old) in uses.iter().zip(&was) {
             match old {
                 Some(o) => vectors.extend_from_slice(&before.vectors[o * dims..(o + 1) * dims]),
-                None => vectors.extend(model.embed(used.words.iter().map(String::as_str))),
+                None => vectors.extend(crate::learned::learning_vector(model, &used.words).kept),
             }
         }
         let fresh: Vec<bool> = was.iter().map(Option::is_none).collect();

@@ -30,11 +30,10 @@ pub(crate) struct Closeness {
     pub own: Vec<f32>,
     /// The cosine with the centroid of the entry's category.
     pub server: Vec<f32>,
-    /// The words the query was embedded from, and its vector: what
-    /// learning reuses when it embeds the same words (a transformer's query
-    /// costs a millisecond).
-    pub words: Vec<String>,
-    pub query: Vec<f32>,
+    /// The query's vector for learning, from the same run
+    /// ([`crate::learned::learning_vector`]; zeros when it has no word but
+    /// stop words).
+    pub learning: Vec<f32>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -124,7 +123,8 @@ impl Semantic {
     /// The cosine of a query (its lowercase words) with every entry and
     /// with every entry's server.
     pub(crate) fn closeness(&self, words: &[String]) -> Option<Closeness> {
-        let q = self.model.embed(words.iter().map(String::as_str));
+        let parts = crate::learned::learning_vector(self.model, words);
+        let q = parts.all;
         if q.iter().all(|x| *x == 0.0) {
             return None;
         }
@@ -141,8 +141,7 @@ impl Semantic {
                 .iter()
                 .map(|c| per_category.get(*c as usize).copied().unwrap_or(0.0))
                 .collect(),
-            words: words.to_vec(),
-            query: q,
+            learning: parts.kept,
         })
     }
 }

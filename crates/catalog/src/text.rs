@@ -40,6 +40,11 @@ fn flush(current: &mut String, words: &mut Vec<String>) {
     }
 }
 
+/// Whether `word` (lowercase) is too common to help ranking.
+pub fn is_stop(word: &str) -> bool {
+    STOP.contains(&word)
+}
+
 /// Search terms of `text`: split, stop words dropped, stemmed.
 pub fn terms(text: &str) -> Vec<String> {
     name_words(text).into_iter().map(|w| stem(&w)).collect()

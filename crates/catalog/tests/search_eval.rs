@@ -16,7 +16,7 @@ mod load;
 
 use std::collections::BTreeSet;
 
-use cem_catalog::learned::words_of;
+use cem_catalog::learned::{learning_vector, words_of};
 use cem_catalog::{Catalog, Entry, Learned, Learning, Semantic, builtin_model, split_words, stem};
 use load::{Need, entries, held_out_entries, read_needs};
 
@@ -534,9 +534,10 @@ fn learning_from_one_use_of_another_phrasing() {
 /// --learning-bound` measures the same with a transformer.
 fn nearest_record(recorded: &[&Need], searched: &[&Need]) -> Score {
     let model = model();
-    // The words learning embeds, for records and queries alike (stop words
-    // dropped); a query of more than `MAX_WORDS` is cut as a record would be.
-    let vector = |text: &str| model.embed(words_of(text).iter().map(String::as_str));
+    // The vector learning compares, for records and queries alike (stop
+    // words left out of it); a query of more than `MAX_WORDS` is cut as a
+    // record would be.
+    let vector = |text: &str| learning_vector(model, &words_of(text)).kept;
     let records: Vec<(&str, Vec<f32>)> = recorded
         .iter()
         .map(|n| (n.answers[0].as_str(), vector(&n.text)))

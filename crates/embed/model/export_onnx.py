@@ -4,8 +4,10 @@
 
 TEACHER_DIR is a sentence-transformers directory (config.json, model.safetensors, tokenizer.json).
 OUT_DIR gets model.onnx and vocab.txt, what `cem-embed`'s OnnxModel reads (crates/embed/src/onnx.rs):
-one input `input_ids` (int64, one text: [CLS] ... [SEP], no padding, no batch), one output
-`embedding` (the mean of the last layer over the tokens, unit length). The graph is written here
+one input `input_ids` (int64, one text: [CLS] ... [SEP], no padding, no batch); two outputs,
+`embedding` (the mean of the last layer over the tokens, unit length) and `tokens` (the last layer,
+one row per token: what a search pools over its query's words without its stop words, read in
+context, for learning from use; the same run gives both). The graph is written here
 from the weights, op by op (no torch), then its matrix products are quantized to 8 bits per
 output channel (ONNX Runtime's dynamic quantization). Needs numpy, onnx, onnxruntime, safetensors.
 """
@@ -70,8 +72,10 @@ def build(src):
         x = norm(node("Add", [x, linear(gelu, p + "output.dense")]), p + "output.LayerNorm")
     mean = node("ReduceMean", [x], axes=[0], keepdims=0)
     nodes.append(helper.make_node("LpNormalization", [mean], ["embedding"], axis=-1, p=2))
+    nodes.append(helper.make_node("Identity", [x], ["tokens"]))
     graph = helper.make_graph(nodes, "sentence", [helper.make_tensor_value_info(ids, TensorProto.INT64, ["tokens"])],
-                              [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [hidden])], inits)
+                              [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [hidden]),
+                               helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["tokens", hidden])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)

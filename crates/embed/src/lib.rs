@@ -69,6 +69,31 @@ impl Model {
         }
     }
 
+    /// A text's vector (as [`Model::embed`]) and the vector of its words
+    /// where `keep` is true (a query without its stop words, what learning
+    /// compares with its records). A transformer that gives its tokens'
+    /// states reads the kept words in the context of the whole text and
+    /// pools them, in the same run; another embeds them on their own.
+    pub fn embed_parts(&self, words: &[&str], keep: &[bool]) -> Parts {
+        let kept = || {
+            words
+                .iter()
+                .zip(keep.iter().chain(std::iter::repeat(&false)))
+                .filter(|(_, k)| **k)
+                .map(|(w, _)| *w)
+        };
+        match self {
+            Model::Static(m) => Parts {
+                all: m.embed(words.iter().copied()),
+                kept: m.embed(kept()),
+            },
+            Model::Onnx(m) => m.embed_parts(words, keep).unwrap_or_else(|| Parts {
+                all: m.embed(words.iter().copied()),
+                kept: m.embed(kept()),
+            }),
+        }
+    }
+
     /// How many texts the model failed to embed so far (each got a zero
     /// vector); the static model never fails.
     pub fn failures(&self) -> u64 {
@@ -83,6 +108,14 @@ impl Model {
     pub fn is_transformer(&self) -> bool {
         matches!(self, Model::Onnx(_))
     }
+}
+
+/// A text's vector and its kept words' ([`Model::embed_parts`]); zeros
+/// where there is nothing to embed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parts {
+    pub all: Vec<f32>,
+    pub kept: Vec<f32>,
 }
 
 /// The model compiled into this binary, parsed on first use. `None` when

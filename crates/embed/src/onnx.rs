@@ -5,9 +5,12 @@
 //! all-MiniLM-L6-v2's published weights.
 //!
 //! The model directory holds `model.onnx` (one input, `input_ids`, the
-//! token ids of one text with `[CLS]` and `[SEP]`; one output, `embedding`,
-//! the mean-pooled unit vector) and `vocab.txt` (BERT's WordPiece
-//! vocabulary, one token a line, the line number its id).
+//! token ids of one text with `[CLS]` and `[SEP]`; the output `embedding`,
+//! the mean-pooled unit vector, and optionally `tokens`, the last layer's
+//! row per token, from which a search takes its query without stop words
+//! in the same run) and `vocab.txt` (BERT's WordPiece vocabulary, one
+//! token a line, the line number its id). A model made before `tokens`
+//! existed still works: a search with records then runs it twice.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +69,8 @@ pub struct OnnxModel {
     /// One run at a time: ONNX Runtime's session wants `&mut` to run, and
     /// its own threads already share the work of one text.
     session: Mutex<Session>,
+    /// Whether the model gives the last layer's rows (`tokens`) too.
+    states: bool,
     failures: AtomicU64,
 }
 
@@ -121,6 +126,7 @@ impl OnnxModel {
                 reason: e.to_string(),
             })?;
         let session = builder.commit_from_file(&model_path).map_err(model_error)?;
+        let states = session.outputs().iter().any(|o| o.name() == "tokens");
         let mut model = OnnxModel {
             name: String::new(),
             dims: 0,
@@ -129,11 +135,15 @@ impl OnnxModel {
             sep,
             unk,
             session: Mutex::new(session),
+            states,
             failures: AtomicU64::new(0),
         };
-        // Two lengths of text: a per-token output would change width.
-        let probe = model.run(&[cls, sep]).map_err(model_error)?;
-        let longer = model.run(&[cls, unk, unk, sep]).map_err(model_error)?;
+        // Two lengths of text: a per-token output would change width (and
+        // `tokens`, when there, must have a row per token).
+        let (probe, _) = model.run(&[cls, sep], states).map_err(model_error)?;
+        let (longer, _) = model
+            .run(&[cls, unk, unk, sep], states)
+            .map_err(model_error)?;
         if probe.is_empty() || probe.len() != longer.len() {
             return Err(OnnxError::Model {
                 path: model_path,
@@ -157,9 +167,12 @@ impl OnnxModel {
         Ok(model)
     }
 
-    fn run(&self, ids: &[u32]) -> Result<Vec<f32>, ort::Error> {
+    /// The pooled vector of `ids`, and with `states` the last layer's
+    /// rows (one per token), from one run.
+    fn run(&self, ids: &[u32], states: bool) -> Result<(Vec<f32>, Vec<f32>), ort::Error> {
         let ids: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
-        let input = Tensor::from_array(([ids.len()], ids))?;
+        let count = ids.len();
+        let input = Tensor::from_array(([count], ids))?;
         let mut session = self
             .session
             .lock()
@@ -174,7 +187,83 @@ impl OnnxModel {
                 "its output `embedding` has shape {shape:?}, not one vector a text (a pooled sentence embedding)"
             )));
         }
-        Ok(values.to_vec())
+        let pooled = values.to_vec();
+        if !states {
+            return Ok((pooled, Vec::new()));
+        }
+        let output = outputs
+            .get("tokens")
+            .ok_or_else(|| ort::Error::new("it has no output named `tokens`"))?;
+        let (shape, values) = output.try_extract_tensor::<f32>()?;
+        let expected = [count as i64, pooled.len() as i64];
+        if shape[..] != expected {
+            return Err(ort::Error::new(format!(
+                "its output `tokens` has shape {shape:?}, not {expected:?} (one row per token)"
+            )));
+        }
+        Ok((pooled, values.to_vec()))
+    }
+
+    /// The token ids of `words` with `[CLS]` and `[SEP]`, cut at
+    /// [`MAX_TOKENS`], and each id's word (`None` for the two marks);
+    /// `None` when no word is known (no meaning: the search then ranks by
+    /// words alone, as with the static model).
+    fn tokens<'a>(
+        &self,
+        words: impl IntoIterator<Item = &'a str>,
+    ) -> Option<(Vec<u32>, Vec<Option<usize>>)> {
+        let mut ids = vec![self.cls];
+        let mut of = vec![None];
+        let mut known = false;
+        for (at, word) in words.into_iter().enumerate() {
+            let before = ids.len();
+            wordpiece::split(&self.vocab, word, &mut ids);
+            if ids.len() == before {
+                if !word.is_empty() {
+                    ids.push(self.unk);
+                }
+            } else {
+                known = true;
+            }
+            of.resize(ids.len(), Some(at));
+            if ids.len() >= MAX_TOKENS - 1 {
+                ids.truncate(MAX_TOKENS - 1);
+                of.truncate(MAX_TOKENS - 1);
+                break;
+            }
+        }
+        if !known {
+            return None;
+        }
+        ids.push(self.sep);
+        of.push(None);
+        Some((ids, of))
+    }
+
+    /// Counts and logs a failed run; the text gets zeros.
+    fn failed(&self, why: String) {
+        let count = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        // The 1st, 2nd, 4th, 8th ... failure: said, not flooded.
+        if count.is_power_of_two() {
+            tracing::warn!(
+                model = %self.name,
+                failures = count,
+                "the transformer failed to embed a text (it ranks by words alone): {why}"
+            );
+        }
+    }
+
+    /// `values` if they are one finite vector of the model's width.
+    fn checked(&self, values: Vec<f32>) -> Result<Vec<f32>, String> {
+        if values.len() == self.dims && values.iter().all(|x| x.is_finite()) {
+            Ok(values)
+        } else {
+            Err(format!(
+                "{} values, {} of them finite",
+                values.len(),
+                values.iter().filter(|x| x.is_finite()).count()
+            ))
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -198,48 +287,53 @@ impl OnnxModel {
     /// The unit vector of a text given as its lowercase words; all zeros
     /// when there are none or the runtime fails.
     pub fn embed<'a>(&self, words: impl IntoIterator<Item = &'a str>) -> Vec<f32> {
-        let mut ids = vec![self.cls];
-        let mut known = false;
-        for word in words {
-            let before = ids.len();
-            wordpiece::split(&self.vocab, word, &mut ids);
-            if ids.len() == before {
-                if !word.is_empty() {
-                    ids.push(self.unk);
-                }
-            } else {
-                known = true;
-            }
-            if ids.len() >= MAX_TOKENS - 1 {
-                ids.truncate(MAX_TOKENS - 1);
-                break;
-            }
-        }
-        // As the static model: no known word, no meaning (the search then
-        // ranks by words alone).
-        if !known {
+        let Some((ids, _)) = self.tokens(words) else {
             return vec![0.0; self.dims];
-        }
-        ids.push(self.sep);
-        let failed = match self.run(&ids) {
-            Ok(v) if v.len() == self.dims && v.iter().all(|x| x.is_finite()) => return v,
-            Ok(v) => format!(
-                "{} values, {} of them finite",
-                v.len(),
-                v.iter().filter(|x| x.is_finite()).count()
-            ),
-            Err(e) => e.to_string(),
         };
-        let count = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        // The 1st, 2nd, 4th, 8th ... failure: said, not flooded.
-        if count.is_power_of_two() {
-            tracing::warn!(
-                model = %self.name,
-                failures = count,
-                "the transformer failed to embed a text (it ranks by words alone): {failed}"
-            );
+        let done = self
+            .run(&ids, false)
+            .map_err(|e| e.to_string())
+            .and_then(|(pooled, _)| self.checked(pooled));
+        done.unwrap_or_else(|why| {
+            self.failed(why);
+            vec![0.0; self.dims]
+        })
+    }
+
+    /// As [`crate::Model::embed_parts`], from one run: the pooled vector,
+    /// and the unit mean of the last layer's rows of the kept words' tokens
+    /// (zeros with none kept). `None` for a model without the `tokens`
+    /// output (made before it had one): the caller embeds twice.
+    pub fn embed_parts(&self, words: &[&str], keep: &[bool]) -> Option<crate::Parts> {
+        if !self.states {
+            return None;
         }
-        vec![0.0; self.dims]
+        let zeros = || crate::Parts {
+            all: vec![0.0; self.dims],
+            kept: vec![0.0; self.dims],
+        };
+        let Some((ids, of)) = self.tokens(words.iter().copied()) else {
+            return Some(zeros());
+        };
+        let done = self.run(&ids, true).map_err(|e| e.to_string());
+        let parts = done.and_then(|(pooled, rows)| {
+            let all = self.checked(pooled)?;
+            let mut kept = vec![0f32; self.dims];
+            for (row, word) in rows.chunks_exact(self.dims.max(1)).zip(&of) {
+                if word.is_some_and(|w| keep.get(w).copied().unwrap_or(false)) {
+                    kept.iter_mut().zip(row).for_each(|(k, x)| *k += x);
+                }
+            }
+            crate::normalize(&mut kept);
+            Ok(crate::Parts {
+                all,
+                kept: self.checked(kept)?,
+            })
+        });
+        Some(parts.unwrap_or_else(|why| {
+            self.failed(why);
+            zeros()
+        }))
     }
 }
 

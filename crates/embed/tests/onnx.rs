@@ -89,3 +89,36 @@ fn a_missing_model_names_the_file_and_what_makes_it() {
         other => panic!("expected a read error, got {other:?}"),
     }
 }
+
+/// One run gives the text's vector and its kept words' vector read in
+/// context: the first is what `embed` gives, the second close to the kept
+/// words embedded on their own, and far from a text about something else.
+#[test]
+fn the_kept_words_come_from_the_same_run() {
+    let Some(m) = load() else { return };
+    let text = words("show me the commit history of the repository");
+    let keep: Vec<bool> = text
+        .iter()
+        .map(|w| !matches!(*w, "me" | "the" | "of"))
+        .collect();
+    let Some(parts) = m.embed_parts(&text, &keep) else {
+        panic!("the model has no `tokens` output: make it again with `tools transformer`");
+    };
+    assert_eq!(parts.all, m.embed(text.clone()));
+    assert!((dot(&parts.kept, &parts.kept) - 1.0).abs() < 1e-3);
+    let alone = m.embed(words("show commit history repository"));
+    let other = m.embed(words("what time is it in tokyo"));
+    assert!(
+        dot(&parts.kept, &alone) > 0.8 && dot(&parts.kept, &alone) > dot(&parts.kept, &other) + 0.4,
+        "{} against {}",
+        dot(&parts.kept, &alone),
+        dot(&parts.kept, &other)
+    );
+    // Nothing kept: zeros, and the text's vector still.
+    let none = m
+        .embed_parts(&text, &[false; 8])
+        .unwrap_or_else(|| panic!("no parts"));
+    assert!(none.kept.iter().all(|x| *x == 0.0));
+    assert_eq!(none.all, parts.all);
+    assert_eq!(m.failures(), 0);
+}
