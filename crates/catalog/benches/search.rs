@@ -166,11 +166,11 @@ fn first_search_after_a_change(catalog: &Catalog, records: &mut Learned) -> f64 
 /// The built-in model, or with `CEM_ONNX_MODEL` set the sentence
 /// transformer in that directory (run by the ONNX Runtime library
 /// `CEM_ONNX_RUNTIME`, else `ORT_DYLIB_PATH`), on one thread as the server
-/// runs it.
+/// runs it by default, or on `CEM_ONNX_THREADS` (`search.onnx_threads`).
 fn model() -> Result<&'static Model, Box<dyn std::error::Error>> {
     if let Some(dir) = std::env::var_os("CEM_ONNX_MODEL") {
         let runtime = std::env::var_os("CEM_ONNX_RUNTIME").map(std::path::PathBuf::from);
-        let model = OnnxModel::load(std::path::Path::new(&dir), runtime.as_deref(), 1)?;
+        let model = OnnxModel::load(std::path::Path::new(&dir), runtime.as_deref(), threads())?;
         return Ok(Box::leak(Box::new(Model::Onnx(model))));
     }
     match builtin_model() {
@@ -178,6 +178,14 @@ fn model() -> Result<&'static Model, Box<dyn std::error::Error>> {
         Some(Err(e)) => Err(e.to_string().into()),
         None => Err("built without the `semantic` feature".into()),
     }
+}
+
+/// ONNX Runtime's threads for one query (`CEM_ONNX_THREADS`, else 1).
+fn threads() -> usize {
+    std::env::var("CEM_ONNX_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -231,7 +239,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ));
     let from_nothing = t0.elapsed().as_secs_f64() * 1000.0;
     println!(
-        "{{\"model\": \"{}\", \"catalog_tools\": {}, \"p50_ms\": {p50:.3}, \"p99_ms\": {p99:.3}, \
+        "{{\"model\": \"{}\", \"onnx_threads\": {}, \"catalog_tools\": {}, \"p50_ms\": {p50:.3}, \"p99_ms\": {p99:.3}, \
          \"learned_records\": {}, \"learned_p50_ms\": {learned_p50:.3}, \"learned_p99_ms\": {learned_p99:.3}, \
          \"learned_after_change_ms\": {after_change:.1}, \"learned_from_nothing_ms\": {from_nothing:.1}, \
          \"lexical_p50_ms\": {lexical_p50:.3}, \"lexical_p99_ms\": {lexical_p99:.3}, \
@@ -239,6 +247,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          \"embed_ms\": {embed_ms:.1}, \"embed_cached_ms\": {cached_ms:.1}, \
          \"model_rss_mb\": {:.1}, \"vectors_rss_mb\": {:.1}, \"searches\": {}}}",
         model.name(),
+        if model.is_transformer() { threads() } else { 0 },
         hybrid.len(),
         learned.len(),
         (rss_model.saturating_sub(rss_before)) as f64 / 1048576.0,

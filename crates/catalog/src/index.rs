@@ -610,30 +610,34 @@ impl Catalog {
                 *best = Some((boost, at));
             }
         };
+        // The query's dot with every record, in one pass over their rows.
+        let dots = match q {
+            Some(q) if dims > 0 && prepared.rows.len() == learning.learned.len() => {
+                prepared.rows.dots(q)
+            }
+            _ => Vec::new(),
+        };
+        let numbers = prepared.terms.numbers(&terms);
         for (at, used) in learning.learned.uses().iter().enumerate() {
-            let (Some(&t), Some(recorded)) = (prepared.tool_of.get(at), prepared.terms.get(at))
+            let (Some(&t), Some(recorded)) = (prepared.tool_of.get(at), prepared.terms.of(at))
             else {
                 continue;
             };
             // Every record counts in the sums the shifts are made of, also
             // one whose tool this catalog lacks (a server away): the shifts
             // were made from all of them.
-            let dot = match (&q, prepared.vectors.get(at * dims..(at + 1) * dims)) {
-                (Some(q), Some(v)) if dims > 0 => {
-                    let dot = cem_embed::dot(q, v);
-                    let weight = prepared.weights.get(at).copied().unwrap_or(0.0);
-                    toward[t] += weight * dot;
-                    toward_all += weight * dot;
-                    Some(dot)
-                }
-                _ => None,
-            };
+            let dot = dots.get(at).copied();
+            if let Some(dot) = dot {
+                let weight = prepared.weights.get(at).copied().unwrap_or(0.0);
+                toward[t] += weight * dot;
+                toward_all += weight * dot;
+            }
             if places.get(t).is_none_or(Option::is_none) {
                 continue;
             }
             // One use counts 0.63 of many.
             let strength = 1.0 - (-used.weight_at(learning.now)).exp();
-            let common = recorded.iter().filter(|t| terms.contains(t)).count();
+            let common = recorded.iter().filter(|t| numbers.contains(t)).count();
             let shared = common as f32 / (recorded.len() + terms.len() - common).max(1) as f32;
             let by_words = LEARN_WEIGHT * above(shared, LEARN_SHARED_FLOOR);
             if by_words > 0.0 {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use cem_embed::{Model, Quantized, dot, normalize};
+use cem_embed::{Model, Rows, dot, normalize};
 use sha2::{Digest, Sha256};
 
 use crate::entry::Entry;
@@ -93,7 +93,10 @@ impl Semantic {
                 category_of[i] = index;
             }
         }
-        let vectors = Rows::for_model(model, vectors);
+        // Bytes for a transformer: its query runs through 10 MB of weights
+        // that reading 15 MB of `f32` rows over 10,000 tools pushed out of
+        // the processor's cache (its query then cost 1.3 ms, not 0.8 ms).
+        let vectors = Rows::new(vectors, dims, model.is_transformer());
         // Of each vector as the rows hold it: what the search's cosines
         // are made from.
         let lengths2 = (0..vectors.len())
@@ -143,65 +146,6 @@ impl Semantic {
                 .collect(),
             learning: parts.kept,
         })
-    }
-}
-
-/// The entries' vectors, as a search reads them.
-#[derive(Debug, PartialEq)]
-pub(crate) enum Rows {
-    /// As computed: the static model's, whose query costs microseconds and
-    /// whose figures would move by a need or two with bytes.
-    Exact { dims: usize, values: Vec<f32> },
-    /// As bytes, for a transformer: its query runs through 10 MB of
-    /// weights that a search reading 15 MB of `f32` rows pushed out of the
-    /// processor's cache (its query then cost 1.3 ms instead of 0.8 ms);
-    /// 3.8 MB of bytes over 10,000 tools leave them there, and are read in
-    /// half the time. The evaluation's figures are the same either way
-    /// (BENCHMARKS.md, "A transformer at query time").
-    Bytes(Quantized),
-}
-
-impl Rows {
-    fn for_model(model: &Model, values: Vec<f32>) -> Rows {
-        let dims = model.dims();
-        if model.is_transformer() {
-            Rows::Bytes(Quantized::new(&values, dims))
-        } else {
-            Rows::Exact { dims, values }
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        match self {
-            Rows::Exact { dims, values } => values.len() / (*dims).max(1),
-            Rows::Bytes(q) => q.len(),
-        }
-    }
-
-    pub(crate) fn dims(&self) -> usize {
-        match self {
-            Rows::Exact { dims, .. } => *dims,
-            Rows::Bytes(q) => q.dims(),
-        }
-    }
-
-    fn row(&self, index: usize) -> Option<Vec<f32>> {
-        match self {
-            Rows::Exact { dims, values } => values
-                .get(index * dims..(index + 1) * dims)
-                .map(<[f32]>::to_vec),
-            Rows::Bytes(q) => q.row(index),
-        }
-    }
-
-    fn dots(&self, query: &[f32]) -> Vec<f32> {
-        match self {
-            Rows::Exact { dims, values } if *dims > 0 => {
-                values.chunks_exact(*dims).map(|v| dot(query, v)).collect()
-            }
-            Rows::Exact { .. } => Vec::new(),
-            Rows::Bytes(q) => q.dots(query),
-        }
     }
 }
 

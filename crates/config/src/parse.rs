@@ -799,7 +799,15 @@ impl Cx<'_> {
                 "learn" => s.learn = self.boolean(&key, v).unwrap_or(s.learn),
                 "model" => s.model = self.expanded(&key, v).map(PathBuf::from),
                 "onnx_runtime" => s.onnx_runtime = self.expanded(&key, v).map(PathBuf::from),
-                _ => self.unknown(&key, &["semantic", "learn", "model", "onnx_runtime"]),
+                "onnx_threads" => {
+                    s.onnx_threads = self
+                        .positive(&key, v, 1, 16, "threads")
+                        .map_or(s.onnx_threads, |n| n as usize)
+                }
+                _ => self.unknown(
+                    &key,
+                    &["semantic", "learn", "model", "onnx_runtime", "onnx_threads"],
+                ),
             }
         }
         s

@@ -383,6 +383,17 @@ fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
         e.contains("search.semnatic") && e.contains("unknown key"),
         "{e}"
     );
+    // ONNX Runtime's threads for one query: 1 unless said, 1 to 16.
+    assert_eq!(parse("{}")?.config.search.onnx_threads, 1);
+    let two = parse(r#"{"search": {"onnx_threads": 2}}"#)?;
+    assert_eq!(two.config.search.onnx_threads, 2);
+    for bad in ["0", "17", "\"2\"", "1.5"] {
+        let e = error(&format!(r#"{{"search": {{"onnx_threads": {bad}}}}}"#));
+        assert!(
+            e.contains("search.onnx_threads") && e.contains("from 1 to 16"),
+            "{e}"
+        );
+    }
     Ok(())
 }
 

@@ -23,7 +23,7 @@ mod wordpiece;
 pub use format::ModelError;
 pub use model::{StaticModel, dot, normalize};
 pub use onnx::{OnnxError, OnnxModel};
-pub use quantized::Quantized;
+pub use quantized::{Quantized, Rows};
 
 /// A model the catalog ranks with: the static one (microseconds a text,
 /// compiled in) or a sentence transformer under ONNX Runtime (about a

@@ -68,6 +68,76 @@ impl Quantized {
     }
 }
 
+/// Rows of vectors as a search reads them: as computed, or as bytes
+/// ([`Quantized`]) where what a search reads must stay small.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rows {
+    Exact { dims: usize, values: Vec<f32> },
+    Bytes(Quantized),
+}
+
+impl Default for Rows {
+    fn default() -> Self {
+        Rows::Exact {
+            dims: 0,
+            values: Vec::new(),
+        }
+    }
+}
+
+impl Rows {
+    /// The rows of `values` (`dims` wide), as bytes or not.
+    pub fn new(values: Vec<f32>, dims: usize, bytes: bool) -> Rows {
+        if bytes {
+            Rows::Bytes(Quantized::new(&values, dims))
+        } else {
+            Rows::Exact { dims, values }
+        }
+    }
+
+    /// How many rows.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::Exact { dims, values } => values.len() / (*dims).max(1),
+            Rows::Bytes(q) => q.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn dims(&self) -> usize {
+        match self {
+            Rows::Exact { dims, .. } => *dims,
+            Rows::Bytes(q) => q.dims(),
+        }
+    }
+
+    /// Row `index` as `f32` values.
+    pub fn row(&self, index: usize) -> Option<Vec<f32>> {
+        match self {
+            Rows::Exact { dims, values } => values
+                .get(index * dims..(index + 1) * dims)
+                .map(<[f32]>::to_vec),
+            Rows::Bytes(q) => q.row(index),
+        }
+    }
+
+    /// The dot of `query` with every row, in order (zeros for a query of
+    /// another width).
+    pub fn dots(&self, query: &[f32]) -> Vec<f32> {
+        match self {
+            Rows::Exact { dims, values } if *dims > 0 && query.len() == *dims => values
+                .chunks_exact(*dims)
+                .map(|v| crate::dot(query, v))
+                .collect(),
+            Rows::Exact { .. } => vec![0.0; self.len()],
+            Rows::Bytes(q) => q.dots(query),
+        }
+    }
+}
+
 /// Appends `row` as bytes to `out` (its largest value as ±127); returns
 /// the scale that gives the values back.
 fn quantize_into(row: &[f32], out: &mut Vec<i8>) -> f32 {
@@ -148,6 +218,30 @@ mod tests {
         let original = &rows[7 * dims..8 * dims];
         assert!(back.iter().zip(original).all(|(a, b)| (a - b).abs() < 0.01));
         assert!((dot(&back, original) - 1.0).abs() < 1e-3);
+    }
+
+    /// Rows as bytes or as computed give the same rows and dots, within
+    /// what bytes round off.
+    #[test]
+    fn rows_either_way_agree() {
+        let dims = 64;
+        let values = vectors(30, dims);
+        let exact = Rows::new(values.clone(), dims, false);
+        let bytes = Rows::new(values, dims, true);
+        assert_eq!((exact.len(), bytes.len()), (30, 30));
+        assert_eq!((exact.dims(), bytes.dims()), (dims, dims));
+        let query = vectors(1, dims);
+        for (a, b) in exact.dots(&query).iter().zip(bytes.dots(&query)) {
+            assert!((a - b).abs() < 0.01, "{a} vs {b}");
+        }
+        let (Some(a), Some(b)) = (exact.row(29), bytes.row(29)) else {
+            panic!("no row 29");
+        };
+        assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 0.01));
+        assert_eq!(exact.row(30), None);
+        // A query of another width meets nothing.
+        assert_eq!(exact.dots(&[1.0]), vec![0.0; 30]);
+        assert!(Rows::default().is_empty());
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl Ranking {
         let transformer = config
             .model
             .as_deref()
-            .map(|dir| transformer(dir, config.onnx_runtime.as_deref()));
+            .map(|dir| transformer(dir, config.onnx_runtime.as_deref(), config.onnx_threads));
         if let Some(Ok(model)) = transformer {
             return Ranking::Hybrid(model);
         }
@@ -97,17 +97,17 @@ impl Ranking {
 fn transformer(
     dir: &std::path::Path,
     runtime: Option<&std::path::Path>,
+    threads: usize,
 ) -> Result<&'static cem_catalog::Model, String> {
-    type Loaded = Vec<(std::path::PathBuf, &'static cem_catalog::Model)>;
+    type Loaded = Vec<(std::path::PathBuf, usize, &'static cem_catalog::Model)>;
     static LOADED: std::sync::Mutex<Loaded> = std::sync::Mutex::new(Vec::new());
     let mut loaded = LOADED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, model)) = loaded.iter().find(|(d, _)| d == dir) {
+    if let Some((_, _, model)) = loaded.iter().find(|(d, t, _)| d == dir && *t == threads) {
         return Ok(model);
     }
-    // One thread a search: the server answers many at once on few cores.
-    let model = cem_catalog::OnnxModel::load(dir, runtime, 1)
+    let model = cem_catalog::OnnxModel::load(dir, runtime, threads)
         .map(|m| &*Box::leak(Box::new(cem_catalog::Model::Onnx(m))))
         .map_err(|e| e.to_string());
     match &model {
@@ -121,7 +121,7 @@ fn transformer(
     // A model that loaded is kept; one that did not is tried again by the
     // next configuration that names it (a path fixed, a library installed).
     if let Ok(m) = model {
-        loaded.push((dir.to_path_buf(), m));
+        loaded.push((dir.to_path_buf(), threads, m));
     }
     model
 }
