@@ -335,7 +335,10 @@ impl Catalog {
         }
         let lexical = self.lexical_scores(&query_terms);
         let closeness = match &self.semantic {
-            Some(semantic) if meaning => semantic.closeness(&self.spelled(semantic.model, query)),
+            Some(semantic) if meaning => semantic.closeness(
+                &self.spelled(semantic.model, query),
+                learning.is_some_and(|l| !l.learned.is_empty()),
+            ),
             _ => None,
         };
         let by_words_alone = closeness.is_none();

@@ -128,22 +128,40 @@ impl Learned {
     }
 
     /// Records as another copy holds them (the store nodes share), the
-    /// same words for the same tool as one.
+    /// same words for the same tool as one. Rows of one record that differ
+    /// in their stop words ("show me the log", "show the log"; and rows
+    /// stored before stop words were kept) keep the words of the latest,
+    /// whatever order the copy gives them in: every node then embeds the
+    /// same words for it.
     pub fn from_uses(uses: impl IntoIterator<Item = Use>, now: u64) -> Self {
         let mut learned = Learned::default();
+        // Per record, the latest of its rows' times and words.
+        let mut latest: Vec<(u64, Vec<String>)> = Vec::new();
         for used in uses {
             let terms = used.terms();
             match learned
                 .uses
-                .iter_mut()
-                .find(|u| u.tool == used.tool && u.terms() == terms)
+                .iter()
+                .position(|u| u.tool == used.tool && u.terms() == terms)
             {
-                Some(same) => {
+                Some(at) => {
+                    let same = &mut learned.uses[at];
                     same.weight = same.weight_at(now) + used.weight_at(now);
                     same.last = now;
+                    let (when, words) = &mut latest[at];
+                    if (used.last, &used.words) > (*when, &*words) {
+                        *when = used.last;
+                        words.clone_from(&used.words);
+                    }
                 }
-                None => learned.uses.push(used),
+                None => {
+                    latest.push((used.last, used.words.clone()));
+                    learned.uses.push(used);
+                }
             }
+        }
+        for (used, (_, words)) in learned.uses.iter_mut().zip(latest) {
+            used.words = words;
         }
         learned.prune(now);
         learned
@@ -336,6 +354,31 @@ mod tests {
         assert_eq!(made.hubs, expected.hubs);
         assert_eq!(made.terms, expected.terms);
         assert_eq!(made.hubs.len(), 3);
+    }
+
+    /// Two rows of one record in the store (an old one without stop words,
+    /// a newer one with them) become one record with the newer words,
+    /// whichever row comes first.
+    #[test]
+    fn rows_of_one_record_keep_the_latest_words_in_any_order() {
+        let row = |words: &str, last: u64| Use {
+            words: words.split(' ').map(String::from).collect(),
+            tool: "git.git_log".into(),
+            weight: 1.0,
+            last,
+        };
+        let old = row("show commit history", 1000);
+        let new = row("show the commit history", 2000);
+        for rows in [[old.clone(), new.clone()], [new.clone(), old.clone()]] {
+            let learned = Learned::from_uses(rows, 2000);
+            assert_eq!(learned.len(), 1);
+            let only = learned.list(2000)[0];
+            assert_eq!(only.words.join(" "), "show the commit history");
+            assert!(only.weight_at(2000) > 1.9, "{}", only.weight_at(2000));
+        }
+        // Stop words alone make no record, and do not count as terms.
+        assert!(words_of("the of a").is_empty());
+        assert_eq!(term_set(&words_of("show me the log")), vec!["log", "show"]);
     }
 
     #[test]

@@ -23,9 +23,10 @@ pub(crate) struct Prepared {
     pub terms: Terms,
     /// `records × dims` unit vectors (empty without a model).
     pub vectors: Vec<f32>,
-    /// The same, as a search reads them: as bytes for a transformer, 0.8 MB
-    /// instead of 3 MB for a tenant's 2,000 records, read beside its
-    /// weights (see `Semantic::new`).
+    /// The same, as a search reads them: as bytes for a transformer (a
+    /// search reads 0.8 MB of a tenant's 2,000 records, not 3 MB, beside
+    /// its weights: see `Semantic::new`); the floats above are kept to
+    /// make the next preparation from.
     pub rows: cem_embed::Rows,
     /// Each record's hubness less the mean hubness of all records (empty
     /// without a model). A record in the words every query uses ("show me

@@ -32,7 +32,7 @@ pub(crate) struct Closeness {
     pub server: Vec<f32>,
     /// The query's vector for learning, from the same run
     /// ([`crate::learned::learning_vector`]; zeros when it has no word but
-    /// stop words).
+    /// stop words, or when no records were to be compared).
     pub learning: Vec<f32>,
 }
 
@@ -124,9 +124,18 @@ impl Semantic {
     }
 
     /// The cosine of a query (its lowercase words) with every entry and
-    /// with every entry's server.
-    pub(crate) fn closeness(&self, words: &[String]) -> Option<Closeness> {
-        let parts = crate::learned::learning_vector(self.model, words);
+    /// with every entry's server; with `learning` (records to compare it
+    /// with), its vector for learning too.
+    pub(crate) fn closeness(&self, words: &[String], learning: bool) -> Option<Closeness> {
+        let parts = if learning {
+            crate::learned::learning_vector(self.model, words)
+        } else {
+            // Without records nothing compares it: not made (a transformer
+            // without the `tokens` output would run a second time).
+            let all = self.model.embed(words.iter().map(String::as_str));
+            let kept = vec![0.0; all.len()];
+            cem_embed::Parts { all, kept }
+        };
         let q = parts.all;
         if q.iter().all(|x| *x == 0.0) {
             return None;

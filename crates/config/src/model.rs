@@ -74,7 +74,8 @@ pub struct SearchConfig {
     /// Threads ONNX Runtime runs one query on (1 to 16). One by default:
     /// the server answers many searches and sandboxes at once on few
     /// cores. Two cut a search over 10,000 tools by about a fifth on a
-    /// 2-core machine, busying both cores while it runs.
+    /// 2-core machine, busying both cores while it runs. Read when the
+    /// model is first loaded: a change takes a restart.
     pub onnx_threads: usize,
 }
 

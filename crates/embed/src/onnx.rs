@@ -316,24 +316,28 @@ impl OnnxModel {
             return Some(zeros());
         };
         let done = self.run(&ids, true).map_err(|e| e.to_string());
-        let parts = done.and_then(|(pooled, rows)| {
-            let all = self.checked(pooled)?;
-            let mut kept = vec![0f32; self.dims];
-            for (row, word) in rows.chunks_exact(self.dims.max(1)).zip(&of) {
-                if word.is_some_and(|w| keep.get(w).copied().unwrap_or(false)) {
-                    kept.iter_mut().zip(row).for_each(|(k, x)| *k += x);
-                }
+        let (all, rows) = match done.and_then(|(pooled, rows)| Ok((self.checked(pooled)?, rows))) {
+            Ok(made) => made,
+            Err(why) => {
+                self.failed(why);
+                return Some(zeros());
             }
-            crate::normalize(&mut kept);
-            Ok(crate::Parts {
-                all,
-                kept: self.checked(kept)?,
-            })
-        });
-        Some(parts.unwrap_or_else(|why| {
+        };
+        // The kept words' known tokens: `[UNK]` carries no meaning (the
+        // static model and a run on the kept words alone skip it too).
+        let mut kept = vec![0f32; self.dims];
+        for ((row, word), id) in rows.chunks_exact(self.dims.max(1)).zip(&of).zip(&ids) {
+            if *id != self.unk && word.is_some_and(|w| keep.get(w).copied().unwrap_or(false)) {
+                kept.iter_mut().zip(row).for_each(|(k, x)| *k += x);
+            }
+        }
+        crate::normalize(&mut kept);
+        // A bad pooled row costs learning this query, not its ranking.
+        let kept = self.checked(kept).unwrap_or_else(|why| {
             self.failed(why);
-            zeros()
-        }))
+            vec![0.0; self.dims]
+        });
+        Some(crate::Parts { all, kept })
     }
 }
 

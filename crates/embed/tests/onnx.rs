@@ -114,6 +114,14 @@ fn the_kept_words_come_from_the_same_run() {
         dot(&parts.kept, &alone),
         dot(&parts.kept, &other)
     );
+    // Kept words the vocabulary lacks ([UNK]) carry nothing.
+    let unknown = vec!["show", "me", "the", "\u{1f9ea}\u{1f9ea}"];
+    let Some(odd) = m.embed_parts(&unknown, &[true, false, false, true]) else {
+        panic!("no parts");
+    };
+    let show = m.embed_parts(&unknown, &[true, false, false, false]);
+    assert_eq!(Some(odd.kept.clone()), show.map(|p| p.kept));
+    assert!(odd.all.iter().any(|x| *x != 0.0));
     // Nothing kept: zeros, and the text's vector still.
     let none = m
         .embed_parts(&text, &[false; 8])

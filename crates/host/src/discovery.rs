@@ -92,8 +92,8 @@ impl Ranking {
 
 /// The transformer in `dir`, run by the ONNX Runtime library `runtime`:
 /// loaded once per process (each later configuration naming the same
-/// directory gets the same model, whatever library it names: ONNX Runtime
-/// is loaded once a process), and kept for the process's life.
+/// directory gets the same model, whatever library and threads it names:
+/// ONNX Runtime is loaded once a process), and kept for the process's life.
 fn transformer(
     dir: &std::path::Path,
     runtime: Option<&std::path::Path>,
@@ -104,7 +104,13 @@ fn transformer(
     let mut loaded = LOADED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, _, model)) = loaded.iter().find(|(d, t, _)| d == dir && *t == threads) {
+    if let Some((_, loaded_threads, model)) = loaded.iter().find(|(d, _, _)| d == dir) {
+        // A second session would hold another copy of the weights for the
+        // process's life: the first one stays.
+        if *loaded_threads != threads {
+            tracing::warn!(dir = %dir.display(), running = *loaded_threads, asked = threads,
+                "search.onnx_threads changed: the model already runs on its first setting until the server restarts");
+        }
         return Ok(model);
     }
     let model = cem_catalog::OnnxModel::load(dir, runtime, threads)
