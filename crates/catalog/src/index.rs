@@ -584,10 +584,9 @@ impl Catalog {
         let semantic = self.semantic.as_ref();
         let model = semantic.map(|s| s.model);
         let q = closeness
-            .map(|c| c.learning.as_slice())
+            .and_then(|c| c.learning.as_deref())
             .filter(|v| v.iter().any(|x| *x != 0.0));
         let prepared = learning.learned.prepared(model);
-        let dims = model.map_or(0, |m| m.dims());
         let tuning = crate::tuning::of(model);
         // Each used tool's entry here (and its vector's dot with its shift),
         // kept for this catalog: no name is looked up per search.
@@ -614,12 +613,7 @@ impl Catalog {
             }
         };
         // The query's dot with every record, in one pass over their rows.
-        let dots = match q {
-            Some(q) if dims > 0 && prepared.rows.len() == learning.learned.len() => {
-                prepared.rows.dots(q)
-            }
-            _ => Vec::new(),
-        };
+        let dots = q.map_or_else(Vec::new, |q| prepared.dots(q));
         let numbers = prepared.terms.numbers(&terms);
         for (at, used) in learning.learned.uses().iter().enumerate() {
             let (Some(&t), Some(recorded)) = (prepared.tool_of.get(at), prepared.terms.of(at))

@@ -23,11 +23,11 @@ pub(crate) struct Prepared {
     pub terms: Terms,
     /// `records × dims` unit vectors (empty without a model).
     pub vectors: Vec<f32>,
-    /// The same, as a search reads them: as bytes for a transformer (a
-    /// search reads 0.8 MB of a tenant's 2,000 records, not 3 MB, beside
-    /// its weights: see `Semantic::new`); the floats above are kept to
-    /// make the next preparation from.
-    pub rows: cem_embed::Rows,
+    /// The same as bytes, for a transformer: what a search reads (0.8 MB
+    /// of a tenant's 2,000 records, not 3 MB, beside its weights: see
+    /// `Semantic::new`); the floats above are kept to make the next
+    /// preparation from. None for the static model, which reads the floats.
+    bytes: Option<cem_embed::Quantized>,
     /// Each record's hubness less the mean hubness of all records (empty
     /// without a model). A record in the words every query uses ("show me
     /// the ...") is close to many queries that are not its need: its
@@ -150,11 +150,13 @@ impl Prepared {
         let centre = crate::tuning::of(Some(model)).centre;
         let (tools, tool_of, weights) = used_tools(uses, &vectors, dims, centre);
         let total = weights.iter().sum();
-        let rows = cem_embed::Rows::new(vectors.clone(), dims, model.is_transformer());
+        let bytes = model
+            .is_transformer()
+            .then(|| cem_embed::Quantized::new(&vectors, dims));
         Prepared {
             terms,
             vectors,
-            rows,
+            bytes,
             hubs,
             tools,
             tool_of,
@@ -312,6 +314,16 @@ fn used_tools(
 }
 
 impl Prepared {
+    /// The dot of `query` with every record's vector, in the records'
+    /// order; none without a model.
+    pub(crate) fn dots(&self, query: &[f32]) -> Vec<f32> {
+        match &self.bytes {
+            Some(bytes) => bytes.dots(query),
+            None if self.dims > 0 => cem_embed::dots(&self.vectors, self.dims, query),
+            None => Vec::new(),
+        }
+    }
+
     /// A query's dot with used tool `t`'s shift, from its dots with the
     /// records: `toward[t]` is the sum over `t`'s records of their weight
     /// times the query's dot with them, `toward_all` the same over all

@@ -32,8 +32,8 @@ pub(crate) struct Closeness {
     pub server: Vec<f32>,
     /// The query's vector for learning, from the same run
     /// ([`crate::learned::learning_vector`]; zeros when it has no word but
-    /// stop words, or when no records were to be compared).
-    pub learning: Vec<f32>,
+    /// stop words); None when no records were to be compared.
+    pub learning: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for Semantic {
@@ -127,16 +127,14 @@ impl Semantic {
     /// with every entry's server; with `learning` (records to compare it
     /// with), its vector for learning too.
     pub(crate) fn closeness(&self, words: &[String], learning: bool) -> Option<Closeness> {
-        let parts = if learning {
-            crate::learned::learning_vector(self.model, words)
+        // Without records nothing compares the learning vector: not made (a
+        // transformer without the `tokens` output would run a second time).
+        let (q, learning) = if learning {
+            let parts = crate::learned::learning_vector(self.model, words);
+            (parts.all, Some(parts.kept))
         } else {
-            // Without records nothing compares it: not made (a transformer
-            // without the `tokens` output would run a second time).
-            let all = self.model.embed(words.iter().map(String::as_str));
-            let kept = vec![0.0; all.len()];
-            cem_embed::Parts { all, kept }
+            (self.model.embed(words.iter().map(String::as_str)), None)
         };
-        let q = parts.all;
         if q.iter().all(|x| *x == 0.0) {
             return None;
         }
@@ -153,7 +151,7 @@ impl Semantic {
                 .iter()
                 .map(|c| per_category.get(*c as usize).copied().unwrap_or(0.0))
                 .collect(),
-            learning: parts.kept,
+            learning,
         })
     }
 }

@@ -23,7 +23,7 @@ mod wordpiece;
 pub use format::ModelError;
 pub use model::{StaticModel, dot, normalize};
 pub use onnx::{OnnxError, OnnxModel};
-pub use quantized::{Quantized, Rows};
+pub use quantized::{Quantized, Rows, dots};
 
 /// A model the catalog ranks with: the static one (microseconds a text,
 /// compiled in) or a sentence transformer under ONNX Runtime (about a
@@ -75,22 +75,19 @@ impl Model {
     /// states reads the kept words in the context of the whole text and
     /// pools them, in the same run; another embeds them on their own.
     pub fn embed_parts(&self, words: &[&str], keep: &[bool]) -> Parts {
-        let kept = || {
-            words
-                .iter()
-                .zip(keep.iter().chain(std::iter::repeat(&false)))
-                .filter(|(_, k)| **k)
-                .map(|(w, _)| *w)
-        };
-        match self {
-            Model::Static(m) => Parts {
-                all: m.embed(words.iter().copied()),
-                kept: m.embed(kept()),
-            },
-            Model::Onnx(m) => m.embed_parts(words, keep).unwrap_or_else(|| Parts {
-                all: m.embed(words.iter().copied()),
-                kept: m.embed(kept()),
-            }),
+        if let Model::Onnx(m) = self
+            && let Some(parts) = m.embed_parts(words, keep)
+        {
+            return parts;
+        }
+        let kept = words
+            .iter()
+            .zip(keep.iter().chain(std::iter::repeat(&false)))
+            .filter(|(_, k)| **k)
+            .map(|(w, _)| *w);
+        Parts {
+            all: self.embed(words.iter().copied()),
+            kept: self.embed(kept),
         }
     }
 

@@ -128,14 +128,22 @@ impl Rows {
     /// another width).
     pub fn dots(&self, query: &[f32]) -> Vec<f32> {
         match self {
-            Rows::Exact { dims, values } if *dims > 0 && query.len() == *dims => values
-                .chunks_exact(*dims)
-                .map(|v| crate::dot(query, v))
-                .collect(),
-            Rows::Exact { .. } => vec![0.0; self.len()],
+            Rows::Exact { dims, values } => dots(values, *dims, query),
             Rows::Bytes(q) => q.dots(query),
         }
     }
+}
+
+/// The dot of `query` with each `dims`-wide row of `values`, in order
+/// (zeros for a query of another width).
+pub fn dots(values: &[f32], dims: usize, query: &[f32]) -> Vec<f32> {
+    if dims == 0 || query.len() != dims {
+        return vec![0.0; values.len() / dims.max(1)];
+    }
+    values
+        .chunks_exact(dims)
+        .map(|v| crate::dot(query, v))
+        .collect()
 }
 
 /// Appends `row` as bytes to `out` (its largest value as ±127); returns
