@@ -1,6 +1,11 @@
 //! The search index: BM25 over weighted fields, plus fuzzy name words.
 
 use std::collections::HashMap;
+
+/// Scores by entry number: a search fills and reads thousands (a fast
+/// hash for numbers, not the default one that resists flooding: the keys
+/// are the catalog's own).
+type Scores = rustc_hash::FxHashMap<u32, f32>;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::entry::Entry;
@@ -485,7 +490,7 @@ impl Catalog {
     fn words_first_in_top(
         &self,
         hits: &[Hit],
-        lexical: &HashMap<u32, f32>,
+        lexical: &Scores,
         in_category: impl Fn(usize) -> bool,
         places: usize,
     ) -> Option<usize> {
@@ -574,7 +579,7 @@ impl Catalog {
         query: &str,
         learning: Learning<'_>,
         closeness: Option<&Closeness>,
-        lexical: &HashMap<u32, f32>,
+        lexical: &Scores,
     ) -> Vec<(usize, f32, usize)> {
         let words = name_words(query);
         let terms = term_set(&words);
@@ -715,7 +720,7 @@ impl Catalog {
         toward: &[f32],
         now: u64,
         closeness: &Closeness,
-        lexical: &HashMap<u32, f32>,
+        lexical: &Scores,
     ) -> Vec<f32> {
         let Some(semantic) = self.semantic.as_ref() else {
             return Vec::new();
@@ -752,7 +757,7 @@ impl Catalog {
     /// BM25 over the weighted fields, with misspelt and prefix matches of
     /// words that match nothing exactly, and words that the query splits in
     /// two ("read only", "file system") matched as one.
-    fn lexical_scores(&self, query_terms: &[String]) -> HashMap<u32, f32> {
+    fn lexical_scores(&self, query_terms: &[String]) -> Scores {
         let mut query_terms = query_terms.to_vec();
         let joined: Vec<String> = query_terms
             .windows(2)
@@ -760,7 +765,7 @@ impl Catalog {
             .filter(|t| self.postings.contains_key(t))
             .collect();
         query_terms.extend(joined);
-        let mut scores: HashMap<u32, f32> = HashMap::new();
+        let mut scores = Scores::default();
         let n = self.entries.len() as f32;
         for term in &query_terms {
             let mut matched: Vec<(&str, f32)> = Vec::new();
@@ -1028,7 +1033,7 @@ fn same_name(a: &str, b: &str) -> bool {
 /// tool's cosine plus [`SERVER_WEIGHT`] of its server's) with the rest. An
 /// entry with no word in common is kept when its own cosine reaches
 /// [`MIN_COSINE`]: a close server alone does not make a tool a hit.
-fn blend(lexical: &HashMap<u32, f32>, closeness: &Closeness) -> Vec<Hit> {
+fn blend(lexical: &Scores, closeness: &Closeness) -> Vec<Hit> {
     let best = lexical.values().fold(0f32, |m, s| m.max(*s));
     // Each entry's lexical score by its place (NaN for none): a hash lookup
     // per entry of a large catalog cost more than the cosines.

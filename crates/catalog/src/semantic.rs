@@ -139,11 +139,7 @@ impl Semantic {
             return None;
         }
         let dims = self.model.dims();
-        let per_category: Vec<f32> = self
-            .centroids
-            .chunks_exact(dims)
-            .map(|c| dot(&q, c))
-            .collect();
+        let per_category = cem_embed::dots(&self.centroids, dims, &q);
         Some(Closeness {
             own: self.vectors.dots(&q),
             server: self

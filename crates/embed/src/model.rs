@@ -123,6 +123,13 @@ pub fn normalize(v: &mut [f32]) {
 /// The dot product (the cosine, for unit vectors). Eight running sums so
 /// the compiler can keep them in vector registers.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    dot_inline(a, b)
+}
+
+/// [`dot`], always inlined: a scan over rows built for a wider vector unit
+/// (`quantized::scan`) gets it built for that unit too.
+#[inline(always)]
+pub(crate) fn dot_inline(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca

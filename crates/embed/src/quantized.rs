@@ -60,11 +60,7 @@ impl Quantized {
         }
         let mut q = Vec::with_capacity(self.dims);
         let q_scale = quantize_into(query, &mut q);
-        self.bytes
-            .chunks_exact(self.dims)
-            .zip(&self.scales)
-            .map(|(row, scale)| dot_bytes(&q, row) as f32 * scale * q_scale)
-            .collect()
+        scan_bytes(&self.bytes, &self.scales, &q, q_scale)
     }
 }
 
@@ -140,9 +136,20 @@ pub fn dots(values: &[f32], dims: usize, query: &[f32]) -> Vec<f32> {
     if dims == 0 || query.len() != dims {
         return vec![0.0; values.len() / dims.max(1)];
     }
+    scan(values, query)
+}
+
+/// The dot of `query` with each row of `values` (as wide as `query`), in
+/// order, built as [`scan_bytes`] is.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx512vnni",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn scan(values: &[f32], query: &[f32]) -> Vec<f32> {
     values
-        .chunks_exact(dims)
-        .map(|v| crate::dot(query, v))
+        .chunks_exact(query.len().max(1))
+        .map(|v| crate::model::dot_inline(query, v))
         .collect()
 }
 
@@ -163,9 +170,26 @@ fn quantize_into(row: &[f32], out: &mut Vec<i8>) -> f32 {
     largest / 127.0
 }
 
+/// The dot of `q` (a row of bytes, times `q_scale`) with each row of
+/// `bytes` (times its scale), in order: a search's pass over every tool,
+/// built for the widest vector unit the processor has.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx512vnni",
+    "x86_64+avx2+fma",
+    "aarch64+neon"
+))]
+fn scan_bytes(bytes: &[i8], scales: &[f32], q: &[i8], q_scale: f32) -> Vec<f32> {
+    bytes
+        .chunks_exact(q.len().max(1))
+        .zip(scales)
+        .map(|(row, scale)| dot_bytes(q, row) as f32 * scale * q_scale)
+        .collect()
+}
+
 /// The dot of two byte rows. Sixteen running sums so the compiler can keep
 /// them in vector registers; a row of 384 bytes sums to at most
 /// 384 × 127² (6.2 million), far within `i32`.
+#[inline(always)]
 fn dot_bytes(a: &[i8], b: &[i8]) -> i32 {
     let mut acc = [0i32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
@@ -250,6 +274,44 @@ mod tests {
         // A query of another width meets nothing.
         assert_eq!(exact.dots(&[1.0]), vec![0.0; 30]);
         assert!(Rows::default().is_empty());
+    }
+
+    /// The scans are built for the processor's vector unit (AVX-512 or
+    /// AVX2 where there): each must sum exactly as the portable code does,
+    /// or one machine would rank otherwise than another.
+    #[test]
+    fn scans_built_for_the_vector_unit_sum_as_portable_code_does() {
+        for dims in [384, 13, 1] {
+            let values = vectors(50, dims);
+            let query = vectors(1, dims);
+            let portable: Vec<f32> = values
+                .chunks_exact(dims)
+                .map(|row| crate::dot(&query, row))
+                .collect();
+            let scanned = dots(&values, dims, &query);
+            assert_eq!(
+                scanned.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                portable.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                "width {dims}"
+            );
+            let quantized = Quantized::new(&values, dims);
+            let mut q = Vec::new();
+            let q_scale = quantize_into(&query, &mut q);
+            let portable: Vec<f32> = quantized
+                .bytes
+                .chunks_exact(dims)
+                .zip(&quantized.scales)
+                .map(|(row, scale)| {
+                    let sum: i32 = row
+                        .iter()
+                        .zip(&q)
+                        .map(|(a, b)| i32::from(*a) * i32::from(*b))
+                        .sum();
+                    sum as f32 * scale * q_scale
+                })
+                .collect();
+            assert_eq!(quantized.dots(&query), portable, "width {dims}");
+        }
     }
 
     #[test]
