@@ -143,8 +143,7 @@ pub fn dots(values: &[f32], dims: usize, query: &[f32]) -> Vec<f32> {
 /// order, built as [`scan_bytes`] is.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx512vnni",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
+    "x86_64+avx2+fma"
 ))]
 fn scan(values: &[f32], query: &[f32]) -> Vec<f32> {
     values
@@ -175,8 +174,7 @@ fn quantize_into(row: &[f32], out: &mut Vec<i8>) -> f32 {
 /// built for the widest vector unit the processor has.
 #[multiversion::multiversion(targets(
     "x86_64+avx512f+avx512bw+avx512vl+avx512vnni",
-    "x86_64+avx2+fma",
-    "aarch64+neon"
+    "x86_64+avx2+fma"
 ))]
 fn scan_bytes(bytes: &[i8], scales: &[f32], q: &[i8], q_scale: f32) -> Vec<f32> {
     bytes
