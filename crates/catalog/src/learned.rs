@@ -12,11 +12,14 @@
 //! record, where it is kept and when personal data is removed from the
 //! query is the caller's.
 
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cem_embed::Model;
 use serde::{Deserialize, Serialize};
 
+pub use crate::kept::KeptError;
 use crate::prepared::Prepared;
 use crate::text::{is_stop, split_words, stem};
 
@@ -76,6 +79,10 @@ pub struct Learned {
     /// What was made before the last change, to make the next from.
     #[serde(skip)]
     before: Mutex<Option<Prepared>>,
+    /// Whether a preparation ran the model on a record since the vectors
+    /// were last kept on disk ([`Learned::keep_vectors`]).
+    #[serde(skip)]
+    unkept: AtomicBool,
 }
 
 impl Clone for Learned {
@@ -214,8 +221,49 @@ impl Learned {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
-            Prepared::build(&self.uses, model, before)
+            let made = Prepared::build(&self.uses, model, before);
+            if made.embedded > 0 {
+                self.unkept.store(true, Ordering::Relaxed);
+            }
+            made
         })
+    }
+
+    /// Keeps the records' vectors as the last search made them in `path`
+    /// (a transformer's only: the built-in model makes them in
+    /// milliseconds), if the model ran on a record since they were last
+    /// kept; whether it wrote. A later [`Learned::load_vectors`] (after a
+    /// restart) then runs the model only on records that are not there.
+    pub fn keep_vectors(&self, path: &Path) -> Result<bool, KeptError> {
+        if !self.unkept.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let Some(prepared) = self.prepared.get() else {
+            return Ok(false);
+        };
+        let wrote = crate::kept::write(path, prepared)?;
+        self.unkept.store(false, Ordering::Relaxed);
+        Ok(wrote)
+    }
+
+    /// Takes the vectors kept in `path` as made before (nothing when no
+    /// file is there, or when this copy already made or took some): the
+    /// next search runs the model only on records whose model, tool or
+    /// words the file lacks. How many it offers.
+    pub fn load_vectors(&mut self, path: &Path) -> Result<usize, KeptError> {
+        let before = self
+            .before
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.prepared.get().is_some() || before.is_some() {
+            return Ok(0);
+        }
+        let Some(kept) = crate::kept::read(path)? else {
+            return Ok(0);
+        };
+        let count = kept.len();
+        *before = Some(kept);
+        Ok(count)
     }
 
     /// Takes over what `other` made for its searches (the records of the
@@ -223,6 +271,9 @@ impl Learned {
     /// that replacing one copy with the other does not embed and compare
     /// every record again.
     pub fn take_prepared_from(&mut self, other: &mut Learned) {
+        if other.unkept.load(Ordering::Relaxed) {
+            self.unkept.store(true, Ordering::Relaxed);
+        }
         let made = other.prepared.take().or_else(|| {
             other
                 .before

@@ -10,6 +10,7 @@
 mod entry;
 mod fields;
 mod index;
+mod kept;
 pub mod learned;
 mod prepared;
 pub mod python;

@@ -11,6 +11,11 @@
 //! stateless client's) has its last search in the store instead, where a
 //! use on any node claims it (`crate::cluster::searched` and `used_tool`).
 //!
+//! With a transformer ranking, the records' vectors are kept beside them
+//! (`learned-vectors.bin`, at most once a [`KEEP_VECTORS_EVERY`] and when
+//! the tenant is let go), so that the first search after a restart does not
+//! run the model over every record again (2.4 s for 2,000).
+//!
 //! `search.learn: false` records nothing and searches without the records.
 
 use std::collections::HashMap;
@@ -45,7 +50,13 @@ pub struct Learning {
     tenant: String,
     /// When the records were last read from the shared store.
     pulled: Mutex<Option<Instant>>,
+    /// When the records' vectors were last written.
+    vectors_kept: Mutex<Option<Instant>>,
 }
+
+/// How often at most the records' vectors are written while searches run
+/// the model on new records (each use makes one).
+pub const KEEP_VECTORS_EVERY: Duration = Duration::from_secs(60);
 
 /// How often a search reads the tenant's records from the shared store.
 pub const PULL_EVERY: Duration = Duration::from_secs(30);
@@ -73,7 +84,15 @@ impl Learning {
     pub fn open(enabled: bool, path: Option<PathBuf>, tenant: &str) -> Self {
         let tenant = cem_config::tenant_digest(tenant);
         let learned = match (&path, enabled) {
-            (Some(path), true) => read(path, &tenant),
+            (Some(path), true) => {
+                let mut learned = read(path, &tenant);
+                if !learned.is_empty()
+                    && let Err(e) = learned.load_vectors(&vectors_path(path))
+                {
+                    tracing::warn!(tenant = %tenant, error = %e, "the records' kept vectors are not used");
+                }
+                learned
+            }
             _ => Learned::default(),
         };
         let on_disk = path.as_deref().and_then(modified);
@@ -83,6 +102,7 @@ impl Learning {
             learned: RwLock::new(learned),
             recent: Mutex::new(HashMap::new()),
             pulled: Mutex::new(None),
+            vectors_kept: Mutex::new(None),
             on_disk: Mutex::new(on_disk),
             tenant,
         }
@@ -189,9 +209,41 @@ impl Learning {
             return search(None);
         }
         self.follow_disk();
-        match self.learned.read() {
+        let found = match self.learned.read() {
             Ok(learned) => search(Some(&learned)),
             Err(_) => search(None),
+        };
+        self.keep_vectors(false);
+        found
+    }
+
+    /// Writes the records' vectors if the model ran on a record since they
+    /// were last written, and (unless `now`) the last write was
+    /// [`KEEP_VECTORS_EVERY`] ago or more.
+    fn keep_vectors(&self, now: bool) {
+        let (Some(path), true) = (&self.path, self.enabled) else {
+            return;
+        };
+        // Another search writing them: that write is this one's.
+        let Ok(mut kept) = self.vectors_kept.try_lock() else {
+            return;
+        };
+        if !now && kept.is_some_and(|at| at.elapsed() < KEEP_VECTORS_EVERY) {
+            return;
+        }
+        // Records cleared from outside (`tools learned --clear`) since the
+        // last search: their words must not be written back.
+        self.follow_disk();
+        let Ok(learned) = self.learned.read() else {
+            return;
+        };
+        match learned.keep_vectors(&vectors_path(path)) {
+            Ok(true) => *kept = Some(Instant::now()),
+            Ok(false) => {}
+            Err(e) => {
+                *kept = Some(Instant::now());
+                tracing::warn!(tenant = %self.tenant, error = %e, "the records' vectors were not kept");
+            }
         }
     }
 
@@ -230,6 +282,16 @@ impl Learning {
             .unwrap_or(0);
         if gone > 0 {
             self.save();
+            // The kept vectors name the records' words: forgotten with them
+            // (the next search embeds the rest again).
+            if let Some(path) = &self.path {
+                match std::fs::remove_file(vectors_path(path)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors were not removed");
+                    }
+                    _ => {}
+                }
+            }
         }
         gone
     }
@@ -287,6 +349,19 @@ impl Learning {
             }
         }
     }
+}
+
+impl Drop for Learning {
+    /// A tenant let go (idle, or the server stopping) keeps what its
+    /// searches embedded since the last write.
+    fn drop(&mut self) {
+        self.keep_vectors(true);
+    }
+}
+
+/// Where the vectors of the records at `path` are kept.
+fn vectors_path(path: &std::path::Path) -> PathBuf {
+    path.with_file_name("learned-vectors.bin")
 }
 
 /// The file's modification time, if it is there.
@@ -389,6 +464,105 @@ mod tests {
         let fresh = Learning::open(true, Some(path.clone()), "t");
         assert_eq!(fresh.with(|l| l.map(Learned::len)), Some(0));
         assert!(dir.path().join("learned.json.bad").exists());
+        Ok(())
+    }
+
+    /// The kept vectors are a cache: a bad file costs nothing but the
+    /// time to embed again, and clearing records forgets them too (they
+    /// name the records' words).
+    #[test]
+    fn kept_vectors_never_stop_learning_and_go_with_cleared_records()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("learned.json");
+        let vectors = dir.path().join("learned-vectors.bin");
+        let learning = Learning::open(true, Some(path.clone()), "t");
+        learning.searched("s", "commit history");
+        assert!(learning.used("s", "git.git_log").is_some());
+        drop(learning);
+        // The built-in model's vectors are not worth a file.
+        assert!(!vectors.exists());
+        std::fs::write(&vectors, "cem-record-vectors 1\n\u{0}garbage")?;
+        let learning = Learning::open(true, Some(path.clone()), "t");
+        assert_eq!(learning.with(|l| l.map(Learned::len)), Some(1));
+        assert!(vectors.exists(), "a bad file is left to be rewritten");
+        assert_eq!(learning.clear(None), 1);
+        assert!(!vectors.exists());
+        Ok(())
+    }
+
+    /// With the transformer (`CEM_ONNX_MODEL_DIR` and `CEM_ONNX_RUNTIME`,
+    /// which `scripts/test` exports): the first search writes the records'
+    /// vectors, later ones at most once a minute, letting the tenant go
+    /// writes the rest, and a restarted tenant's search embeds nothing.
+    #[test]
+    fn a_transformers_record_vectors_outlive_the_process() -> Result<(), Box<dyn std::error::Error>>
+    {
+        use cem_catalog::{Catalog, Entry, Model, OnnxModel, Semantic};
+        let (Some(dir), Some(runtime)) = (
+            std::env::var_os("CEM_ONNX_MODEL_DIR"),
+            std::env::var_os("CEM_ONNX_RUNTIME"),
+        ) else {
+            eprintln!(
+                "CEM_ONNX_MODEL_DIR / CEM_ONNX_RUNTIME unset: nothing checked (scripts/test sets them)"
+            );
+            return Ok(());
+        };
+        let model = OnnxModel::load(dir.as_ref(), Some(runtime.as_ref()), 1)?;
+        let model: &'static Model = Box::leak(Box::new(Model::Onnx(model)));
+        let entries: Vec<Entry> = [("git_log", "Shows the commit logs"), ("git_status", "Shows the working tree status")]
+            .iter()
+            .filter_map(|(name, description)| {
+                let tool = serde_json::json!({"name": name, "description": description, "inputSchema": {"type": "object"}});
+                Entry::upstream("git", &tool, None)
+            })
+            .collect();
+        let catalog = Catalog::hybrid(entries.clone(), Semantic::new(model, &entries, None));
+        let search = |learning: &Learning| {
+            learning.with(|learned| {
+                let learned = learned.ok_or("learning is off")?;
+                let hits = catalog.search_learned(
+                    "recent changes",
+                    None,
+                    2,
+                    cem_catalog::Learning {
+                        learned,
+                        now: now(),
+                    },
+                );
+                Ok::<_, &str>(hits.len())
+            })
+        };
+        let tmp = tempfile::tempdir()?;
+        let path = tmp.path().join("learned.json");
+        let vectors = tmp.path().join("learned-vectors.bin");
+        let learning = Learning::open(true, Some(path.clone()), "t");
+        learning.searched("s", "what happened in this repo lately");
+        learning.used("s", "git.git_log");
+        assert_eq!(search(&learning)?, 2);
+        let first = std::fs::read(&vectors)?;
+        learning.searched("s", "which files did I touch");
+        learning.used("s", "git.git_status");
+        search(&learning)?;
+        assert_eq!(
+            std::fs::read(&vectors)?,
+            first,
+            "written again within a minute"
+        );
+        drop(learning);
+        let both = std::fs::read(&vectors)?;
+        assert!(
+            both.len() > first.len(),
+            "the tenant let go keeps the second record's"
+        );
+        let restarted = Learning::open(true, Some(path), "t");
+        search(&restarted)?;
+        drop(restarted);
+        assert_eq!(
+            std::fs::read(&vectors)?,
+            both,
+            "nothing embedded, nothing written"
+        );
         Ok(())
     }
 
