@@ -13,13 +13,13 @@
 //! query is the caller's.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use cem_embed::Model;
 use serde::{Deserialize, Serialize};
 
-pub use crate::kept::KeptError;
+pub use crate::kept::{KeptError, KeptFile, remove as forget_vectors};
 use crate::prepared::Prepared;
 use crate::text::{is_stop, split_words, stem};
 
@@ -31,6 +31,10 @@ pub const MAX_USES: usize = 2_000;
 /// Words kept of one query, stop words counted: a search is a sentence,
 /// not a document.
 pub const MAX_WORDS: usize = 24;
+/// How [`learning_vector`] makes a record's vector, as files of kept
+/// vectors name it (with the model and the stop words): another version's
+/// are embedded again.
+pub const LEARNING_VECTOR_VERSION: u32 = 1;
 /// Below this decayed weight a record is dropped (about five half-lives
 /// after a single use).
 const FORGOTTEN: f32 = 0.03;
@@ -79,10 +83,13 @@ pub struct Learned {
     /// What was made before the last change, to make the next from.
     #[serde(skip)]
     before: Mutex<Option<Prepared>>,
-    /// Whether a preparation ran the model on a record since the vectors
-    /// were last kept on disk ([`Learned::keep_vectors`]).
+    /// How many preparations changed the records' vectors (ran the model
+    /// on a record, or dropped one), and as of which of them the vectors
+    /// were last kept on disk ([`Learned::vectors_to_keep`]).
     #[serde(skip)]
-    unkept: AtomicBool,
+    changes: AtomicU64,
+    #[serde(skip)]
+    kept: AtomicU64,
 }
 
 impl Clone for Learned {
@@ -222,28 +229,55 @@ impl Learned {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
             let made = Prepared::build(&self.uses, model, before);
-            if made.embedded > 0 {
-                self.unkept.store(true, Ordering::Relaxed);
+            if made.embedded > 0 || made.dropped {
+                self.changes.fetch_add(1, Ordering::Relaxed);
             }
             made
         })
     }
 
-    /// Keeps the records' vectors as the last search made them in `path`
+    /// The records' vectors as the last search made them, to keep on disk
     /// (a transformer's only: the built-in model makes them in
-    /// milliseconds), if the model ran on a record since they were last
-    /// kept; whether it wrote. A later [`Learned::load_vectors`] (after a
-    /// restart) then runs the model only on records that are not there.
-    pub fn keep_vectors(&self, path: &Path) -> Result<bool, KeptError> {
-        if !self.unkept.load(Ordering::Relaxed) {
-            return Ok(false);
+    /// milliseconds), if they changed since they were last kept: made
+    /// under the records' lock, written by the caller outside it, then
+    /// marked with [`Learned::vectors_kept`]. A later
+    /// [`Learned::load_vectors`] (after a restart) then runs the model only
+    /// on records that are not there.
+    pub fn vectors_to_keep(&self) -> Option<KeptFile> {
+        let generation = self.changes.load(Ordering::Relaxed);
+        if generation <= self.kept.load(Ordering::Relaxed) {
+            return None;
         }
-        let Some(prepared) = self.prepared.get() else {
+        let vectors = self.prepared.get()?.kept_vectors();
+        match vectors.as_ref().and_then(crate::kept::encode) {
+            Some(bytes) => Some(KeptFile { bytes, generation }),
+            None => {
+                // Nothing worth a file (the built-in model's vectors).
+                self.vectors_kept(generation);
+                None
+            }
+        }
+    }
+
+    /// Whether the records' vectors changed since they were last kept.
+    pub fn has_vectors_to_keep(&self) -> bool {
+        self.changes.load(Ordering::Relaxed) > self.kept.load(Ordering::Relaxed)
+    }
+
+    /// Marks the vectors of `generation` ([`KeptFile::generation`]) kept.
+    pub fn vectors_kept(&self, generation: u64) {
+        self.kept.fetch_max(generation, Ordering::Relaxed);
+    }
+
+    /// [`Learned::vectors_to_keep`] written to `path`; whether there was
+    /// anything to write.
+    pub fn keep_vectors(&self, path: &Path) -> Result<bool, KeptError> {
+        let Some(file) = self.vectors_to_keep() else {
             return Ok(false);
         };
-        let wrote = crate::kept::write(path, prepared)?;
-        self.unkept.store(false, Ordering::Relaxed);
-        Ok(wrote)
+        file.write(path)?;
+        self.vectors_kept(file.generation);
+        Ok(true)
     }
 
     /// Takes the vectors kept in `path` as made before (nothing when no
@@ -271,8 +305,8 @@ impl Learned {
     /// that replacing one copy with the other does not embed and compare
     /// every record again.
     pub fn take_prepared_from(&mut self, other: &mut Learned) {
-        if other.unkept.load(Ordering::Relaxed) {
-            self.unkept.store(true, Ordering::Relaxed);
+        if other.has_vectors_to_keep() {
+            self.changes.fetch_add(1, Ordering::Relaxed);
         }
         let made = other.prepared.take().or_else(|| {
             other
@@ -333,6 +367,9 @@ pub fn term_set(words: &[String]) -> Vec<String> {
 /// that embeds the query for ranking (`Model::embed_parts`); stop words
 /// left in measured a point of top-3 worse, and embedding the rest on its
 /// own cost a second run.
+///
+/// What it gives is kept on disk (`crate::kept`): a change to how it is
+/// made must change [`LEARNING_VECTOR_VERSION`].
 pub fn learning_vector(model: &Model, words: &[impl AsRef<str>]) -> cem_embed::Parts {
     let words: Vec<&str> = words.iter().map(AsRef::as_ref).collect();
     let keep: Vec<bool> = words.iter().map(|w| !is_stop(w)).collect();

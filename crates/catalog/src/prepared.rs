@@ -64,6 +64,9 @@ pub(crate) struct Prepared {
     /// How many records this preparation ran the model on (the others'
     /// vectors were taken from before).
     pub embedded: usize,
+    /// Whether a record of before is not here (gone, or its words
+    /// changed): vectors kept on disk would still name its words.
+    pub dropped: bool,
     /// Whether its vectors are worth keeping on disk: a transformer's (it
     /// took 2.4 s over 2,000 records, one run each); the built-in model
     /// makes them in milliseconds.
@@ -126,6 +129,7 @@ impl Prepared {
         }
         let fresh: Vec<bool> = was.iter().map(Option::is_none).collect();
         let embedded = fresh.iter().filter(|f| **f).count();
+        let dropped = new_of_old.iter().any(Option::is_none);
         // A kept record keeps its neighbours unless one of them went: then
         // the one beyond them is unknown, and it is compared again.
         let mut again = fresh.clone();
@@ -188,6 +192,7 @@ impl Prepared {
             centre,
             model: model.name().to_string(),
             embedded,
+            dropped,
             keep: model.is_transformer(),
         }
     }
@@ -649,6 +654,41 @@ mod tests {
                 used.tool
             );
         }
+    }
+
+    /// Vectors of another model are never taken over, even as wide (a
+    /// file kept by a server that ranked with another model); those of the
+    /// same model and words are, and a record that is gone is said.
+    #[test]
+    fn only_the_same_models_vectors_are_taken_over() {
+        let model = model();
+        let dims = model.dims();
+        let uses: Vec<Use> = QUERIES[..4]
+            .iter()
+            .zip(["git.log", "fs.list", "fs.read", "time.now"])
+            .map(|(q, tool)| used(q, tool))
+            .collect();
+        let keys: Vec<(String, Vec<String>)> = uses
+            .iter()
+            .map(|u| (u.tool.clone(), u.words.clone()))
+            .collect();
+        let mut unit = vec![0.0; dims];
+        unit[0] = 1.0;
+        let wrong: Vec<f32> = (0..uses.len()).flat_map(|_| unit.clone()).collect();
+        let fresh = Prepared::build(&uses, Some(model), None);
+        let other = Prepared::of_vectors("another-model".into(), dims, keys.clone(), wrong.clone());
+        let made = Prepared::build(&uses, Some(model), Some(other));
+        assert_eq!(made.embedded, uses.len());
+        assert_eq!(made.vectors, fresh.vectors);
+        // The same model's are taken, even wrong ones (the key is the
+        // model, the tool and the words), and nothing is embedded.
+        let same = Prepared::of_vectors(model.name().into(), dims, keys, wrong.clone());
+        let made = Prepared::build(&uses, Some(model), Some(same));
+        assert_eq!((made.embedded, made.dropped), (0, false));
+        assert_eq!(made.vectors, wrong);
+        // One record fewer: the one before that is gone is said.
+        let made = Prepared::build(&uses[1..], Some(model), Some(made));
+        assert_eq!((made.embedded, made.dropped), (0, true));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Turning names and descriptions into search terms.
 
-/// Words too common to help ranking.
-const STOP: &[&str] = &[
+/// Words too common to help ranking (and left out of a record's vector:
+/// changing them changes `crate::kept::recipe`).
+pub(crate) const STOP: &[&str] = &[
     "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "into", "is", "it",
     "its", "of", "on", "or", "that", "the", "this", "to", "with", "you", "your", "i", "me", "my",
     "we", "can", "will", "which",

@@ -3,7 +3,8 @@
 //! transformer: `CEM_ONNX_MODEL` (or `CEM_ONNX_MODEL_DIR`, as `scripts/test`
 //! exports it for every test) names a directory `model/build_onnx.sh` made
 //! (`DIR/minilm`), `CEM_ONNX_RUNTIME` its library; without them each test
-//! says so and checks nothing.
+//! says so and checks nothing, unless `CEM_REQUIRE_TRANSFORMER` is set (as
+//! `scripts/test` sets it): then it fails.
 
 use std::path::Path;
 
@@ -15,6 +16,10 @@ const NOW: u64 = 1_800_000_000;
 fn transformer() -> Option<&'static Model> {
     let dir = std::env::var_os("CEM_ONNX_MODEL").or_else(|| std::env::var_os("CEM_ONNX_MODEL_DIR"));
     let (Some(dir), Some(runtime)) = (dir, std::env::var_os("CEM_ONNX_RUNTIME")) else {
+        assert!(
+            std::env::var_os("CEM_REQUIRE_TRANSFORMER").is_none(),
+            "CEM_REQUIRE_TRANSFORMER is set but CEM_ONNX_MODEL / CEM_ONNX_RUNTIME are not"
+        );
         eprintln!(
             "CEM_ONNX_MODEL (or CEM_ONNX_MODEL_DIR) / CEM_ONNX_RUNTIME unset: nothing checked (scripts/test sets them)"
         );

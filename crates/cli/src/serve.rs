@@ -135,6 +135,7 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         for tenant in tenants.all() {
             tenant.engine.shutdown().await;
             tenant.learning.save();
+            tenant.learning.flush_vectors();
         }
         tenants.shutdown_upstreams().await;
         catalog.manager().shutdown().await;

@@ -1,15 +1,24 @@
 //! The opt-in transformer against a real model and a real ONNX Runtime:
-//! `CEM_ONNX_MODEL` names a directory `model/build_onnx.sh` made
-//! (`DIR/minilm`), `CEM_ONNX_RUNTIME` its library. `scripts/test` sets both
-//! and runs this file; without them each test says so and checks nothing.
+//! `CEM_ONNX_MODEL` (or `CEM_ONNX_MODEL_DIR`) names a directory
+//! `model/build_onnx.sh` made (`DIR/minilm`), `CEM_ONNX_RUNTIME` its
+//! library. `scripts/test` sets them and runs this file; without them each
+//! test says so and checks nothing, unless `CEM_REQUIRE_TRANSFORMER` is set
+//! (as `scripts/test` sets it): then it fails.
 
 use std::path::{Path, PathBuf};
 
 use cem_embed::{OnnxError, OnnxModel, dot};
 
 fn paths() -> Option<(PathBuf, PathBuf)> {
-    let model = std::env::var_os("CEM_ONNX_MODEL")?;
-    let runtime = std::env::var_os("CEM_ONNX_RUNTIME")?;
+    let model =
+        std::env::var_os("CEM_ONNX_MODEL").or_else(|| std::env::var_os("CEM_ONNX_MODEL_DIR"));
+    let (Some(model), Some(runtime)) = (model, std::env::var_os("CEM_ONNX_RUNTIME")) else {
+        assert!(
+            std::env::var_os("CEM_REQUIRE_TRANSFORMER").is_none(),
+            "CEM_REQUIRE_TRANSFORMER is set but CEM_ONNX_MODEL / CEM_ONNX_RUNTIME are not"
+        );
+        return None;
+    };
     Some((model.into(), runtime.into()))
 }
 

@@ -86,9 +86,14 @@ impl Learning {
         let learned = match (&path, enabled) {
             (Some(path), true) => {
                 let mut learned = read(path, &tenant);
-                if !learned.is_empty()
-                    && let Err(e) = learned.load_vectors(&vectors_path(path))
-                {
+                let vectors = vectors_path(path);
+                if learned.is_empty() {
+                    // No records (none yet, or their file gone or set
+                    // aside): no vectors naming their words either.
+                    if let Err(e) = cem_catalog::learned::forget_vectors(&vectors) {
+                        tracing::warn!(tenant = %tenant, error = %e, "the records' kept vectors were not removed");
+                    }
+                } else if let Err(e) = learned.load_vectors(&vectors) {
                     tracing::warn!(tenant = %tenant, error = %e, "the records' kept vectors are not used");
                 }
                 learned
@@ -234,16 +239,46 @@ impl Learning {
         // Records cleared from outside (`tools learned --clear`) since the
         // last search: their words must not be written back.
         self.follow_disk();
-        let Ok(learned) = self.learned.read() else {
+        let records_were = modified(path);
+        // Made under the records' lock, written outside it: a write of a
+        // few megabytes must not hold up uses and searches.
+        let file = match self.learned.read() {
+            Ok(learned) => learned.vectors_to_keep(),
+            Err(_) => None,
+        };
+        let Some(file) = file else {
             return;
         };
-        match learned.keep_vectors(&vectors_path(path)) {
-            Ok(true) => *kept = Some(Instant::now()),
-            Ok(false) => {}
-            Err(e) => {
-                *kept = Some(Instant::now());
-                tracing::warn!(tenant = %self.tenant, error = %e, "the records' vectors were not kept");
-            }
+        let vectors = vectors_path(path);
+        *kept = Some(Instant::now());
+        if let Err(e) = file.write(&vectors) {
+            tracing::warn!(tenant = %self.tenant, error = %e, "the records' vectors were not kept");
+            return;
+        }
+        if modified(path) != records_were {
+            // Cleared from outside while they were written: they may name
+            // what was cleared. The next search makes them again.
+            self.forget_vectors();
+            return;
+        }
+        if let Ok(learned) = self.learned.read() {
+            learned.vectors_kept(file.generation);
+        }
+    }
+
+    /// Writes the records' vectors now if they changed since last written
+    /// (at shutdown).
+    pub fn flush_vectors(&self) {
+        self.keep_vectors(true);
+    }
+
+    /// Removes the kept vectors (they name the records' words).
+    fn forget_vectors(&self) {
+        let Some(path) = &self.path else {
+            return;
+        };
+        if let Err(e) = cem_catalog::learned::forget_vectors(&vectors_path(path)) {
+            tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors were not removed");
         }
     }
 
@@ -265,11 +300,18 @@ impl Learning {
 
     /// Replaces the records with `learned` (what the shared store holds).
     pub fn replace(&self, mut learned: Learned) {
+        let none = learned.is_empty();
         if let Ok(mut mine) = self.learned.write() {
             learned.take_prepared_from(&mut mine);
             *mine = learned;
         }
         self.save();
+        if none {
+            // Cleared in the store: the kept vectors name their words (when
+            // only some went, the next search's vectors replace them).
+            let _writing = self.vectors_kept.lock();
+            self.forget_vectors();
+        }
     }
 
     /// Forgets every record, or those of `tool`; how many went.
@@ -283,15 +325,10 @@ impl Learning {
         if gone > 0 {
             self.save();
             // The kept vectors name the records' words: forgotten with them
-            // (the next search embeds the rest again).
-            if let Some(path) = &self.path {
-                match std::fs::remove_file(vectors_path(path)) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors were not removed");
-                    }
-                    _ => {}
-                }
-            }
+            // (the next search embeds the rest again), after any write of
+            // them under way.
+            let _writing = self.vectors_kept.lock();
+            self.forget_vectors();
         }
         gone
     }
@@ -311,9 +348,13 @@ impl Learning {
         }
         *on_disk = now;
         let mut fresh = read(path, &self.tenant);
+        let none = fresh.is_empty();
         if let Ok(mut mine) = self.learned.write() {
             fresh.take_prepared_from(&mut mine);
             *mine = fresh;
+        }
+        if none {
+            self.forget_vectors();
         }
     }
 
@@ -467,101 +508,147 @@ mod tests {
         Ok(())
     }
 
+    /// Two git tools, ranked with `model` (by words alone without).
+    fn git_catalog(model: Option<&'static cem_catalog::Model>) -> cem_catalog::Catalog {
+        let entries: Vec<cem_catalog::Entry> = [
+            ("git_log", "Shows the commit logs"),
+            ("git_status", "Shows the working tree status"),
+        ]
+        .iter()
+        .filter_map(|(name, description)| {
+            let tool = serde_json::json!({"name": name, "description": description, "inputSchema": {"type": "object"}});
+            cem_catalog::Entry::upstream("git", &tool, None)
+        })
+        .collect();
+        match model {
+            Some(model) => {
+                let semantic = cem_catalog::Semantic::new(model, &entries, None);
+                cem_catalog::Catalog::hybrid(entries, semantic)
+            }
+            None => cem_catalog::Catalog::new(entries),
+        }
+    }
+
+    /// A search as `search_tools` makes it; how many tools it found.
+    fn search(catalog: &cem_catalog::Catalog, learning: &Learning) -> Result<usize, String> {
+        learning.with(|learned| {
+            let learned = learned.ok_or("learning is off")?;
+            let learning = cem_catalog::Learning {
+                learned,
+                now: now(),
+            };
+            Ok(catalog
+                .search_learned("recent changes", None, 2, learning)
+                .len())
+        })
+    }
+
+    /// The file's identity: a write makes a new file and renames it.
+    fn inode(path: &std::path::Path) -> std::io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        Ok(std::fs::metadata(path)?.ino())
+    }
+
     /// The kept vectors are a cache: a bad file costs nothing but the
-    /// time to embed again, and clearing records forgets them too (they
-    /// name the records' words).
+    /// time to embed again, a ranking without a transformer writes none,
+    /// and records cleared (here, or in the shared store) take them along
+    /// (they name the records' words), with what a crash left of one.
     #[test]
     fn kept_vectors_never_stop_learning_and_go_with_cleared_records()
     -> Result<(), Box<dyn std::error::Error>> {
+        let catalog = git_catalog(cem_catalog::builtin_model().and_then(Result::ok));
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("learned.json");
         let vectors = dir.path().join("learned-vectors.bin");
         let learning = Learning::open(true, Some(path.clone()), "t");
         learning.searched("s", "commit history");
         assert!(learning.used("s", "git.git_log").is_some());
+        search(&catalog, &learning)?;
         drop(learning);
-        // The built-in model's vectors are not worth a file.
-        assert!(!vectors.exists());
+        assert!(!vectors.exists(), "no transformer, no file");
         std::fs::write(&vectors, "cem-record-vectors 1\n\u{0}garbage")?;
         let learning = Learning::open(true, Some(path.clone()), "t");
+        search(&catalog, &learning)?;
         assert_eq!(learning.with(|l| l.map(Learned::len)), Some(1));
         assert!(vectors.exists(), "a bad file is left to be rewritten");
+        std::fs::write(dir.path().join("learned-vectors.tmp99"), "a crash's")?;
         assert_eq!(learning.clear(None), 1);
+        assert!(!vectors.exists());
+        assert!(!dir.path().join("learned-vectors.tmp99").exists());
+        // Cleared in the shared store.
+        learning.searched("s", "commit history");
+        learning.used("s", "git.git_log");
+        std::fs::write(&vectors, "as if kept")?;
+        learning.replace(Learned::default());
         assert!(!vectors.exists());
         Ok(())
     }
 
-    /// With the transformer (`CEM_ONNX_MODEL_DIR` and `CEM_ONNX_RUNTIME`,
-    /// which `scripts/test` exports): the first search writes the records'
-    /// vectors, later ones at most once a minute, letting the tenant go
-    /// writes the rest, and a restarted tenant's search embeds nothing.
-    #[test]
-    fn a_transformers_record_vectors_outlive_the_process() -> Result<(), Box<dyn std::error::Error>>
-    {
-        use cem_catalog::{Catalog, Entry, Model, OnnxModel, Semantic};
+    /// The transformer, from `CEM_ONNX_MODEL_DIR` and `CEM_ONNX_RUNTIME`
+    /// (`scripts/test` exports both, and `CEM_REQUIRE_TRANSFORMER`: then
+    /// their absence fails the test rather than skip it).
+    fn transformer() -> Option<&'static cem_catalog::Model> {
         let (Some(dir), Some(runtime)) = (
             std::env::var_os("CEM_ONNX_MODEL_DIR"),
             std::env::var_os("CEM_ONNX_RUNTIME"),
         ) else {
+            assert!(
+                std::env::var_os("CEM_REQUIRE_TRANSFORMER").is_none(),
+                "CEM_REQUIRE_TRANSFORMER is set but CEM_ONNX_MODEL_DIR / CEM_ONNX_RUNTIME are not"
+            );
             eprintln!(
                 "CEM_ONNX_MODEL_DIR / CEM_ONNX_RUNTIME unset: nothing checked (scripts/test sets them)"
             );
+            return None;
+        };
+        match cem_catalog::OnnxModel::load(dir.as_ref(), Some(runtime.as_ref()), 1) {
+            Ok(model) => Some(Box::leak(Box::new(cem_catalog::Model::Onnx(model)))),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// With the transformer: the first search writes the records' vectors,
+    /// later ones at most once a minute, letting the tenant go (or
+    /// `flush_vectors` at shutdown) writes the rest, and a restarted
+    /// tenant's search embeds nothing (and so writes nothing).
+    #[test]
+    fn a_transformers_record_vectors_outlive_the_process() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let Some(model) = transformer() else {
             return Ok(());
         };
-        let model = OnnxModel::load(dir.as_ref(), Some(runtime.as_ref()), 1)?;
-        let model: &'static Model = Box::leak(Box::new(Model::Onnx(model)));
-        let entries: Vec<Entry> = [("git_log", "Shows the commit logs"), ("git_status", "Shows the working tree status")]
-            .iter()
-            .filter_map(|(name, description)| {
-                let tool = serde_json::json!({"name": name, "description": description, "inputSchema": {"type": "object"}});
-                Entry::upstream("git", &tool, None)
-            })
-            .collect();
-        let catalog = Catalog::hybrid(entries.clone(), Semantic::new(model, &entries, None));
-        let search = |learning: &Learning| {
-            learning.with(|learned| {
-                let learned = learned.ok_or("learning is off")?;
-                let hits = catalog.search_learned(
-                    "recent changes",
-                    None,
-                    2,
-                    cem_catalog::Learning {
-                        learned,
-                        now: now(),
-                    },
-                );
-                Ok::<_, &str>(hits.len())
-            })
-        };
+        let catalog = git_catalog(Some(model));
         let tmp = tempfile::tempdir()?;
         let path = tmp.path().join("learned.json");
         let vectors = tmp.path().join("learned-vectors.bin");
         let learning = Learning::open(true, Some(path.clone()), "t");
         learning.searched("s", "what happened in this repo lately");
         learning.used("s", "git.git_log");
-        assert_eq!(search(&learning)?, 2);
-        let first = std::fs::read(&vectors)?;
+        assert_eq!(search(&catalog, &learning)?, 2);
+        let first = (inode(&vectors)?, std::fs::read(&vectors)?);
         learning.searched("s", "which files did I touch");
         learning.used("s", "git.git_status");
-        search(&learning)?;
+        search(&catalog, &learning)?;
         assert_eq!(
-            std::fs::read(&vectors)?,
+            (inode(&vectors)?, std::fs::read(&vectors)?),
             first,
             "written again within a minute"
         );
-        drop(learning);
-        let both = std::fs::read(&vectors)?;
+        learning.flush_vectors();
+        let both = (inode(&vectors)?, std::fs::read(&vectors)?);
         assert!(
-            both.len() > first.len(),
-            "the tenant let go keeps the second record's"
+            both.0 != first.0 && both.1.len() > first.1.len(),
+            "the flush keeps the second record's"
         );
+        drop(learning);
+        assert_eq!(inode(&vectors)?, both.0, "nothing new to keep when let go");
         let restarted = Learning::open(true, Some(path), "t");
-        search(&restarted)?;
+        search(&catalog, &restarted)?;
         drop(restarted);
         assert_eq!(
-            std::fs::read(&vectors)?,
-            both,
-            "nothing embedded, nothing written"
+            inode(&vectors)?,
+            both.0,
+            "the restarted tenant's search embedded nothing, so wrote nothing"
         );
         Ok(())
     }
