@@ -247,7 +247,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same after a restart that finds the records' vectors kept (a
     // transformer's only): the model runs on no record.
     let kept_file = cache.path().join("learned-vectors.bin");
-    let from_kept = if copy.keep_vectors(&kept_file)? {
+    let from_kept = if model.is_transformer() && copy.keep_vectors(&kept_file)? {
         let mut restarted = learned.clone();
         restarted.load_vectors(&kept_file)?;
         format!("{:.1}", first_search(&restarted))

@@ -57,25 +57,31 @@ pub enum KeptError {
 /// (under the records' lock) for the caller to write (outside it).
 #[derive(Debug)]
 pub struct KeptFile {
-    pub(crate) bytes: Vec<u8>,
+    /// None: nothing worth keeping any more (the built-in model ranks now,
+    /// or no model): a file from before is removed, as it names words.
+    pub(crate) bytes: Option<Vec<u8>>,
     /// The records' state they are of (see `Learned::vectors_kept`).
     pub generation: u64,
 }
 
 impl KeptFile {
     /// Writes the file at `path`, atomically: a crash leaves the old file
-    /// or the new one, and a failed write leaves no part of it.
+    /// or the new one, and a failed write leaves no part of it. With
+    /// nothing to keep, removes it.
     pub fn write(&self, path: &Path) -> Result<(), KeptError> {
         let io = |doing, source| KeptError::Io {
             doing,
             path: path.to_path_buf(),
             source,
         };
+        let Some(bytes) = &self.bytes else {
+            return remove(path).map_err(|e| io("remove", e));
+        };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| io("make the folder of", e))?;
         }
         let tmp = temporary(path);
-        let written = std::fs::write(&tmp, &self.bytes).and_then(|()| std::fs::rename(&tmp, path));
+        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
         written.map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
             io("write", e)
@@ -165,16 +171,31 @@ pub(crate) fn read(path: &Path) -> Result<Option<Prepared>, KeptError> {
         path: path.to_path_buf(),
         reason,
     };
-    let size = match std::fs::metadata(path) {
-        Ok(meta) => meta.len(),
+    // Only a regular file (opening a FIFO would block, a device never
+    // end), read no further than records can take.
+    match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => return Err(bad("not a regular file".into())),
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(e)),
-    };
-    let largest = MAGIC.len() + 4 + MAX_HEADER + MAX_USES * MAX_DIMS * 4;
-    if size > largest as u64 {
-        return Err(bad(format!("{size} bytes, more than records can take")));
     }
-    let bytes = std::fs::read(path).map_err(io)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(bad("not a regular file".into()));
+    }
+    let largest = (MAGIC.len() + 4 + MAX_HEADER + MAX_USES * MAX_DIMS * 4) as u64;
+    if meta.len() > largest {
+        return Err(bad(format!(
+            "{} bytes, more than records can take",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    io::Read::read_to_end(&mut io::Read::take(file, largest + 1), &mut bytes).map_err(io)?;
+    if bytes.len() as u64 > largest {
+        return Err(bad("it grew past what records can take".into()));
+    }
     let rest = bytes
         .strip_prefix(MAGIC)
         .ok_or_else(|| bad("it does not begin as one".into()))?;
@@ -211,6 +232,11 @@ pub(crate) fn read(path: &Path) -> Result<Option<Prepared>, KeptError> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
+    // Made before the model, its stop words or the way a record is read
+    // changed: an upgrade, not damage.
+    let Some(model) = header.made.strip_suffix(recipe("").as_str()) else {
+        return Ok(None);
+    };
     for row in vectors.chunks_exact(header.dims) {
         let length2 = cem_embed::dot(row, row);
         if !length2.is_finite() || (length2 - 1.0).abs() > UNIT {
@@ -219,11 +245,6 @@ pub(crate) fn read(path: &Path) -> Result<Option<Prepared>, KeptError> {
             )));
         }
     }
-    // Made before the model, its stop words or the way a record is read
-    // changed: an upgrade, not damage.
-    let Some(model) = header.made.strip_suffix(recipe("").as_str()) else {
-        return Ok(None);
-    };
     Ok(Some(Prepared::of_vectors(
         model.to_string(),
         header.dims,
@@ -242,7 +263,7 @@ mod tests {
             return Ok(false);
         };
         KeptFile {
-            bytes,
+            bytes: Some(bytes),
             generation: 0,
         }
         .write(path)?;

@@ -249,14 +249,10 @@ impl Learned {
             return None;
         }
         let vectors = self.prepared.get()?.kept_vectors();
-        match vectors.as_ref().and_then(crate::kept::encode) {
-            Some(bytes) => Some(KeptFile { bytes, generation }),
-            None => {
-                // Nothing worth a file (the built-in model's vectors).
-                self.vectors_kept(generation);
-                None
-            }
-        }
+        // None: nothing worth a file (the built-in model ranks, or none):
+        // one a transformer wrote before is removed, as it names words.
+        let bytes = vectors.as_ref().and_then(crate::kept::encode);
+        Some(KeptFile { bytes, generation })
     }
 
     /// Whether the records' vectors changed since they were last kept.
@@ -269,8 +265,9 @@ impl Learned {
         self.kept.fetch_max(generation, Ordering::Relaxed);
     }
 
-    /// [`Learned::vectors_to_keep`] written to `path`; whether there was
-    /// anything to write.
+    /// [`Learned::vectors_to_keep`] written to `path`; whether the file
+    /// changed (written, or removed when there is nothing worth keeping
+    /// any more).
     pub fn keep_vectors(&self, path: &Path) -> Result<bool, KeptError> {
         let Some(file) = self.vectors_to_keep() else {
             return Ok(false);
@@ -305,9 +302,12 @@ impl Learned {
     /// that replacing one copy with the other does not embed and compare
     /// every record again.
     pub fn take_prepared_from(&mut self, other: &mut Learned) {
-        if other.has_vectors_to_keep() {
-            self.changes.fetch_add(1, Ordering::Relaxed);
-        }
+        // The other's count goes on here: a write of its vectors under way
+        // marks its generation on this copy, and must not mark more.
+        self.changes
+            .fetch_max(other.changes.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.kept
+            .fetch_max(other.kept.load(Ordering::Relaxed), Ordering::Relaxed);
         let made = other.prepared.take().or_else(|| {
             other
                 .before
@@ -467,6 +467,69 @@ mod tests {
         // Stop words alone make no record, and do not count as terms.
         assert!(words_of("the of a").is_empty());
         assert_eq!(term_set(&words_of("show me the log")), vec!["log", "show"]);
+    }
+
+    /// A copy that takes over from another (the records read again, or
+    /// from the shared store) while the other's vectors are written must
+    /// still write its own later changes: the count goes on.
+    #[cfg(feature = "semantic")]
+    #[test]
+    fn a_write_under_way_never_hides_a_later_change() {
+        let Some(Ok(model)) = cem_embed::builtin() else {
+            panic!("the built-in model does not load");
+        };
+        let mut old = Learned::default();
+        for (i, words) in ["commit history", "list files", "time in tokyo"]
+            .iter()
+            .enumerate()
+        {
+            old.record(words, "git.git_log", i as u64);
+            old.prepared(Some(model));
+        }
+        let Some(writing) = old.vectors_to_keep() else {
+            panic!("three changes and nothing to keep");
+        };
+        let mut fresh = old.clone();
+        fresh.take_prepared_from(&mut old);
+        // The write of the old copy's vectors ends, marked on the new one.
+        fresh.vectors_kept(writing.generation);
+        assert!(!fresh.has_vectors_to_keep());
+        fresh.record("show the log", "git.git_log", 9);
+        fresh.prepared(Some(model));
+        assert!(fresh.has_vectors_to_keep(), "a new record after the write");
+    }
+
+    /// Vectors a transformer kept are removed once the built-in model
+    /// ranks (they would name the records' words for good).
+    #[cfg(feature = "semantic")]
+    #[test]
+    fn a_transformers_file_goes_once_the_built_in_model_ranks()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let Some(Ok(model)) = cem_embed::builtin() else {
+            panic!("the built-in model does not load");
+        };
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("learned-vectors.bin");
+        let words: Vec<String> = vec!["commit".into(), "history".into()];
+        let kept = Prepared::of_vectors(
+            "onnx-3-test".into(),
+            3,
+            vec![("git.git_log".into(), words.clone())],
+            vec![0.0, 1.0, 0.0],
+        );
+        KeptFile {
+            bytes: kept.kept_vectors().as_ref().and_then(crate::kept::encode),
+            generation: 0,
+        }
+        .write(&path)?;
+        let mut learned = Learned::default();
+        learned.record("commit history", "git.git_log", 0);
+        assert_eq!(learned.load_vectors(&path)?, 1);
+        learned.prepared(Some(model));
+        assert!(learned.keep_vectors(&path)?);
+        assert!(!path.exists());
+        assert!(!learned.keep_vectors(&path)?, "nothing more to do");
+        Ok(())
     }
 
     #[test]

@@ -92,6 +92,9 @@ impl Prepared {
                 tools,
                 tool_of,
                 weights,
+                // Vectors from before (a file a transformer kept) are of
+                // no use now, and name words.
+                dropped: before.is_some_and(|b| !b.vectors.is_empty()),
                 ..Prepared::default()
             };
         };

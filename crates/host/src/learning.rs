@@ -229,8 +229,14 @@ impl Learning {
         let (Some(path), true) = (&self.path, self.enabled) else {
             return;
         };
-        // Another search writing them: that write is this one's.
-        let Ok(mut kept) = self.vectors_kept.try_lock() else {
+        // Another search writing them: that write is this one's. A flush
+        // (shutdown) waits for it instead, and writes what came after.
+        let kept = if now {
+            self.vectors_kept.lock().ok()
+        } else {
+            self.vectors_kept.try_lock().ok()
+        };
+        let Some(mut kept) = kept else {
             return;
         };
         if !now && kept.is_some_and(|at| at.elapsed() < KEEP_VECTORS_EVERY) {
@@ -239,7 +245,6 @@ impl Learning {
         // Records cleared from outside (`tools learned --clear`) since the
         // last search: their words must not be written back.
         self.follow_disk();
-        let records_were = modified(path);
         // Made under the records' lock, written outside it: a write of a
         // few megabytes must not hold up uses and searches.
         let file = match self.learned.read() {
@@ -255,9 +260,14 @@ impl Learning {
             tracing::warn!(tenant = %self.tenant, error = %e, "the records' vectors were not kept");
             return;
         }
-        if modified(path) != records_were {
-            // Cleared from outside while they were written: they may name
-            // what was cleared. The next search makes them again.
+        // Changed from outside since this process last read or wrote the
+        // records (a clear while they were written): they may name what
+        // was cleared. The next search makes them again.
+        let outside = self
+            .on_disk
+            .lock()
+            .map_or(true, |on_disk| modified(path) != *on_disk);
+        if outside {
             self.forget_vectors();
             return;
         }
@@ -550,7 +560,8 @@ mod tests {
     }
 
     /// The kept vectors are a cache: a bad file costs nothing but the
-    /// time to embed again, a ranking without a transformer writes none,
+    /// time to embed again, a ranking without a transformer writes none
+    /// (and removes one: `a_transformers_file_goes_once_the_built_in_model_ranks`),
     /// and records cleared (here, or in the shared store) take them along
     /// (they name the records' words), with what a crash left of one.
     #[test]
@@ -570,7 +581,9 @@ mod tests {
         let learning = Learning::open(true, Some(path.clone()), "t");
         search(&catalog, &learning)?;
         assert_eq!(learning.with(|l| l.map(Learned::len)), Some(1));
-        assert!(vectors.exists(), "a bad file is left to be rewritten");
+        // However the ranking left it, a clear takes it and what a crash
+        // left of one.
+        std::fs::write(&vectors, "cem-record-vectors 1\n\u{0}garbage")?;
         std::fs::write(dir.path().join("learned-vectors.tmp99"), "a crash's")?;
         assert_eq!(learning.clear(None), 1);
         assert!(!vectors.exists());
@@ -650,6 +663,11 @@ mod tests {
             both.0,
             "the restarted tenant's search embedded nothing, so wrote nothing"
         );
+        // Restarted without the transformer: the file names words and is
+        // of no use, so it goes.
+        let without = Learning::open(true, Some(tmp.path().join("learned.json")), "t");
+        search(&git_catalog(None), &without)?;
+        assert!(!vectors.exists());
         Ok(())
     }
 
