@@ -1,11 +1,6 @@
 //! The search index: BM25 over weighted fields, plus fuzzy name words.
 
 use std::collections::HashMap;
-
-/// Scores by entry number: a search fills and reads thousands (a fast
-/// hash for numbers, not the default one that resists flooding: the keys
-/// are the catalog's own).
-type Scores = rustc_hash::FxHashMap<u32, f32>;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::entry::Entry;
@@ -13,6 +8,11 @@ use crate::fields::{effect_words, parameters};
 use crate::learned::{Learned, term_set};
 use crate::semantic::{Closeness, Semantic};
 use crate::text::{edit_distance, name_words, split_words, stem, terms};
+
+/// Scores by entry number: a search fills and reads thousands (a fast
+/// hash for numbers, not the default one that resists flooding: the keys
+/// are the catalog's own).
+type Scores = rustc_hash::FxHashMap<u32, f32>;
 
 /// Field weights: a word in a tool's name says far more than one in its
 /// description.

@@ -12,9 +12,10 @@
 //! use on any node claims it (`crate::cluster::searched` and `used_tool`).
 //!
 //! With a transformer ranking, the records' vectors are kept beside them
-//! (`learned-vectors.bin`, at most once a [`KEEP_VECTORS_EVERY`] and when
-//! the tenant is let go), so that the first search after a restart does not
-//! run the model over every record again (2.4 s for 2,000).
+//! (`learned-vectors.bin`: at most once a [`KEEP_VECTORS_EVERY`], at
+//! shutdown and when the tenant's state is dropped), so that the first
+//! search after a restart does not run the model over every record again
+//! (2.4 s for 2,000).
 //!
 //! `search.learn: false` records nothing and searches without the records.
 
@@ -84,24 +85,11 @@ impl Learning {
     pub fn open(enabled: bool, path: Option<PathBuf>, tenant: &str) -> Self {
         let tenant = cem_config::tenant_digest(tenant);
         let learned = match (&path, enabled) {
-            (Some(path), true) => {
-                let mut learned = read(path, &tenant);
-                let vectors = vectors_path(path);
-                if learned.is_empty() {
-                    // No records (none yet, or their file gone or set
-                    // aside): no vectors naming their words either.
-                    if let Err(e) = cem_catalog::learned::forget_vectors(&vectors) {
-                        tracing::warn!(tenant = %tenant, error = %e, "the records' kept vectors were not removed");
-                    }
-                } else if let Err(e) = learned.load_vectors(&vectors) {
-                    tracing::warn!(tenant = %tenant, error = %e, "the records' kept vectors are not used");
-                }
-                learned
-            }
+            (Some(path), true) => read(path, &tenant),
             _ => Learned::default(),
         };
         let on_disk = path.as_deref().and_then(modified);
-        Learning {
+        let mut learning = Learning {
             enabled,
             path,
             learned: RwLock::new(learned),
@@ -110,6 +98,27 @@ impl Learning {
             vectors_kept: Mutex::new(None),
             on_disk: Mutex::new(on_disk),
             tenant,
+        };
+        learning.take_kept_vectors();
+        learning
+    }
+
+    /// Takes the records' kept vectors as made before; with no records
+    /// (none yet, or their file gone or set aside), removes any, as they
+    /// would name their words.
+    fn take_kept_vectors(&mut self) {
+        let (Some(path), true) = (&self.path, self.enabled) else {
+            return;
+        };
+        let vectors = vectors_path(path);
+        let learned = self
+            .learned
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if learned.is_empty() {
+            self.forget_vectors();
+        } else if let Err(e) = learned.load_vectors(&vectors) {
+            tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors are not used");
         }
     }
 
@@ -240,6 +249,14 @@ impl Learning {
             return;
         };
         if !now && kept.is_some_and(|at| at.elapsed() < KEEP_VECTORS_EVERY) {
+            return;
+        }
+        // Most searches change nothing: no more work on their way out.
+        if !self
+            .learned
+            .read()
+            .is_ok_and(|learned| learned.has_vectors_to_keep())
+        {
             return;
         }
         // Records cleared from outside (`tools learned --clear`) since the
