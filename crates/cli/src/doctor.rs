@@ -378,7 +378,11 @@ fn search_check(config: &cem_config::Config) -> Check {
     Check {
         name: "search",
         status,
-        detail: format!("tools are ranked {}", ranking.describe()),
+        detail: format!(
+            "tools are ranked {}; vector scans built for {}",
+            ranking.describe(),
+            cem_embed::vector_unit()
+        ),
     }
 }
 

@@ -23,7 +23,7 @@ mod wordpiece;
 pub use format::ModelError;
 pub use model::{StaticModel, dot, normalize};
 pub use onnx::{OnnxError, OnnxModel};
-pub use quantized::{Quantized, Rows, dots};
+pub use quantized::{Quantized, Rows, dots, vector_unit};
 
 /// A model the catalog ranks with: the static one (microseconds a text,
 /// compiled in) or a sentence transformer under ONNX Runtime (about a

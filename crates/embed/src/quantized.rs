@@ -139,6 +139,27 @@ pub fn dots(values: &[f32], dims: usize, query: &[f32]) -> Vec<f32> {
     scan(values, query)
 }
 
+/// The vector unit this processor's scans are built for: `"AVX-512 VNNI"`,
+/// `"AVX2 FMA"` or `"portable"` (what `doctor` reports; the sums are the
+/// same on each, see the tests). Its targets are the scans' own: a scan
+/// added with other targets must add them here too.
+#[multiversion::multiversion(targets(
+    "x86_64+avx512f+avx512bw+avx512vl+avx512vnni",
+    "x86_64+avx2+fma"
+))]
+pub fn vector_unit() -> &'static str {
+    use multiversion::target::target_cfg_f;
+    // Each clone's answer is fixed when it is built (in the portable one
+    // both are `false`, which an `if` chain on them would repeat).
+    let vnni = target_cfg_f!(all(target_arch = "x86_64", target_feature = "avx512vnni"));
+    let avx2 = target_cfg_f!(all(target_arch = "x86_64", target_feature = "avx2"));
+    match (vnni, avx2) {
+        (true, _) => "AVX-512 VNNI",
+        (false, true) => "AVX2 FMA",
+        (false, false) => "portable",
+    }
+}
+
 /// The dot of `query` with each row of `values` (as wide as `query`), in
 /// order, built as [`scan_bytes`] is.
 #[multiversion::multiversion(targets(
@@ -277,6 +298,39 @@ mod tests {
     /// The scans are built for the processor's vector unit (AVX-512 or
     /// AVX2 where there): each must sum exactly as the portable code does,
     /// or one machine would rank otherwise than another.
+    /// The scans run as built for the processor's widest unit: checked
+    /// against what the standard library detects, and against
+    /// `CEM_EXPECT_VECTOR_UNIT` where `scripts/test` runs these tests on an
+    /// emulated processor without AVX-512, then without AVX2 (so that each
+    /// build's sums are checked, not only this machine's).
+    #[test]
+    fn scans_run_as_built_for_the_processor() {
+        let unit = vector_unit();
+        if let Ok(expected) = std::env::var("CEM_EXPECT_VECTOR_UNIT") {
+            assert_eq!(
+                unit, expected,
+                "the scans were not built for the expected unit"
+            );
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let detected = if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                "AVX-512 VNNI"
+            } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                "AVX2 FMA"
+            } else {
+                "portable"
+            };
+            assert_eq!(unit, detected);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert_eq!(unit, "portable");
+    }
+
     #[test]
     fn scans_built_for_the_vector_unit_sum_as_portable_code_does() {
         for dims in [384, 13, 1] {
