@@ -8,14 +8,18 @@ huge tool results, floods the bridge with requests that are not tool calls, with
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
 
+import httpx2 as httpx
 import pytest
 
+from cluster import free_port
 from conftest import SDK1_PYTHON, start_http
 from stateless import Stateless, proc_status
 
@@ -471,3 +475,55 @@ def test_each_tenant_calls_its_own_upstream_process_and_an_idle_one_stops_it(tmp
             time.sleep(0.5)
         assert not Path(f"/proc/{again}").exists(), "an idle tenant's upstream process still runs"
         assert upstream_pid(alice) not in (a, b, again)
+
+
+def test_an_idle_tenant_gives_its_search_catalog_back_and_ranks_the_same_after(tmp_path: Path):
+    # Every principal that ever searched held its own catalog (entries, word index, vectors: megabytes with
+    # thousands of tools) and what its searches made of its records, for as long as the server ran.
+    data = tmp_path / "data"
+    data.mkdir()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "mcpServers": {"fault": {"command": str(SDK1_PYTHON), "args": [FAULT]}},
+        "auth": {"tokens": TOKENS},
+        "sandbox": {"tenant_idle_seconds": 3},
+    }))
+    port = free_port()
+    server = start_http(data, "--metrics", f"127.0.0.1:{port}", config=config)
+    alice, bob = Stateless(server.url, TOKENS["alice"]), Stateless(server.url, TOKENS["bob"])
+
+    def catalogs() -> int:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        return int(float(re.search(r"^cem_search_catalogs (\S+)$", text, re.M).group(1)))
+
+    def names(who: Stateless) -> list[str]:
+        found = who.call("search_tools", {"query": "check the server is alive", "detail_level": "name"})
+        return found["tools"]
+
+    def released(tenant: str, what: str) -> bool:
+        digest = hashlib.sha256(tenant.encode()).hexdigest()[:12]
+        return any(digest in line and what in line for line in server.log.read_text().splitlines())
+
+    try:
+        before = names(alice)
+        assert "fault.ok" not in before, before
+        # The tool she wanted, used after the search: learnt.
+        assert alice.call("execute_code", {"code": "result = call_tool('fault.ok', {})"})["success"]
+        ranked = names(alice)
+        assert "fault.ok" in ranked, ranked
+        names(bob)
+        held = catalogs()
+        # Bob keeps searching; Alice idles past sandbox.tenant_idle_seconds.
+        deadline = time.monotonic() + 30
+        while not released("token-alice", "its search catalog released") and time.monotonic() < deadline:
+            names(bob)
+            time.sleep(0.3)
+        assert released("token-alice", "its search catalog released"), server.log.read_text()[-3000:]
+        assert released("token-alice", "what its searches made of its records released")
+        assert not released("token-bob", "its search catalog released"), "a tenant that searches keeps it"
+        assert catalogs() == held - 1
+        # Her next search builds them again and ranks as before, with what she taught it.
+        assert names(alice) == ranked
+        assert catalogs() == held
+    finally:
+        server.stop()

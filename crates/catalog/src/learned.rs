@@ -297,6 +297,27 @@ impl Learned {
         Ok(count)
     }
 
+    /// Drops what was made for searches (the records' vectors, terms and
+    /// hubness: megabytes for a full set), giving an idle tenant's memory
+    /// back; the records stay. The next search makes it again, from the
+    /// vectors [`Learned::load_vectors`] offers if any (keep them first).
+    /// Whether there was anything to drop.
+    pub fn release(&mut self) -> bool {
+        let before = self
+            .before
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let made = self.prepared.take();
+        made.is_some() || before.is_some()
+    }
+
+    /// Whether what searches use is made and held (see
+    /// [`Learned::release`]).
+    pub fn is_prepared(&self) -> bool {
+        self.prepared.get().is_some()
+    }
+
     /// Takes over what `other` made for its searches (the records of the
     /// same tenant as another copy held them: the store's, the file's), so
     /// that replacing one copy with the other does not embed and compare

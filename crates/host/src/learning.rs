@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -53,6 +54,12 @@ pub struct Learning {
     pulled: Mutex<Option<Instant>>,
     /// When the records' vectors were last written.
     vectors_kept: Mutex<Option<Instant>>,
+    /// When a search last ran with the records (see
+    /// [`Learning::release_if_idle`]).
+    searched_at: Mutex<Option<Instant>>,
+    /// What searches use was dropped for idleness: the next one takes the
+    /// kept vectors back first.
+    released: AtomicBool,
 }
 
 /// How often at most the records' vectors are written while searches run
@@ -96,6 +103,8 @@ impl Learning {
             recent: Mutex::new(HashMap::new()),
             pulled: Mutex::new(None),
             vectors_kept: Mutex::new(None),
+            searched_at: Mutex::new(None),
+            released: AtomicBool::new(false),
             on_disk: Mutex::new(on_disk),
             tenant,
         };
@@ -222,7 +231,13 @@ impl Learning {
         if !self.enabled {
             return search(None);
         }
+        if let Ok(mut at) = self.searched_at.lock() {
+            *at = Some(Instant::now());
+        }
         self.follow_disk();
+        if self.released.swap(false, Ordering::SeqCst) {
+            self.take_back_vectors();
+        }
         let found = match self.learned.read() {
             Ok(learned) => search(Some(&learned)),
             Err(_) => search(None),
@@ -290,6 +305,43 @@ impl Learning {
         }
         if let Ok(learned) = self.learned.read() {
             learned.vectors_kept(file.generation);
+        }
+    }
+
+    /// Drops what searches use (the records' vectors and their
+    /// comparisons, megabytes for a full set) when no search ran for
+    /// `idle`, after writing the vectors a transformer made since they
+    /// were last kept: an idle tenant's memory back, and its next search
+    /// reads them instead of running the model again. The records stay.
+    /// Whether anything was dropped.
+    pub fn release_if_idle(&self, idle: Duration) -> bool {
+        let quiet = |at: &Option<Instant>| at.is_some_and(|at| at.elapsed() >= idle);
+        if !self.enabled || !self.searched_at.lock().is_ok_and(|at| quiet(&at)) {
+            return false;
+        }
+        self.keep_vectors(true);
+        let Ok(mut learned) = self.learned.write() else {
+            return false;
+        };
+        // A search since: not idle after all (it waits for this lock, and
+        // noted its time before).
+        if !self.searched_at.lock().is_ok_and(|at| quiet(&at)) {
+            return false;
+        }
+        let dropped = learned.release();
+        if dropped {
+            self.released.store(true, Ordering::SeqCst);
+        }
+        dropped
+    }
+
+    /// Offers the kept vectors to the next search, after a release.
+    fn take_back_vectors(&self) {
+        let (Some(path), Ok(mut learned)) = (&self.path, self.learned.write()) else {
+            return;
+        };
+        if let Err(e) = learned.load_vectors(&vectors_path(path)) {
+            tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors are not used");
         }
     }
 
@@ -568,6 +620,111 @@ mod tests {
                 .search_learned("recent changes", None, 2, learning)
                 .len())
         })
+    }
+
+    /// A search for `query` as `search_tools` makes it: each hit's entry
+    /// and score, bit for bit.
+    fn ranked(
+        catalog: &cem_catalog::Catalog,
+        learning: &Learning,
+        query: &str,
+    ) -> Result<Vec<(usize, u32)>, String> {
+        learning.with(|learned| {
+            let learned = learned.ok_or("learning is off")?;
+            let learning = cem_catalog::Learning {
+                learned,
+                now: now(),
+            };
+            Ok(catalog
+                .search_learned(query, None, 2, learning)
+                .iter()
+                .map(|h| (h.index, h.score.to_bits()))
+                .collect())
+        })
+    }
+
+    /// Whether what searches use of the records is made and held.
+    fn prepared(learning: &Learning) -> bool {
+        learning
+            .learned
+            .read()
+            .is_ok_and(|learned| learned.is_prepared())
+    }
+
+    /// What an idle tenant's searches made of its records goes, and its
+    /// next search makes it again and ranks as before; a tenant that
+    /// searched within the idle time, or never, keeps what it has.
+    #[test]
+    fn an_idle_tenants_search_state_goes_and_comes_back_the_same()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let catalog = git_catalog(cem_catalog::builtin_model().and_then(Result::ok));
+        let dir = tempfile::tempdir()?;
+        let learning = Learning::open(true, Some(dir.path().join("learned.json")), "t");
+        assert!(!learning.release_if_idle(Duration::ZERO), "never searched");
+        learning.searched("s", "what happened in this repo lately");
+        assert!(learning.used("s", "git.git_log").is_some());
+        let before = ranked(&catalog, &learning, "recent repo happenings")?;
+        assert!(prepared(&learning));
+        assert!(!learning.release_if_idle(Duration::from_secs(3600)));
+        assert!(prepared(&learning), "kept: it searched just now");
+        assert!(learning.release_if_idle(Duration::ZERO));
+        assert!(!prepared(&learning));
+        assert_eq!(
+            learning.with(|l| l.map(Learned::len)),
+            Some(1),
+            "the records stay"
+        );
+        assert_eq!(
+            ranked(&catalog, &learning, "recent repo happenings")?,
+            before
+        );
+        assert!(prepared(&learning));
+        let off = Learning::open(false, Some(dir.path().join("learned.json")), "t");
+        assert!(
+            !off.release_if_idle(Duration::ZERO),
+            "learning off holds nothing"
+        );
+        Ok(())
+    }
+
+    /// With the transformer, a tenant let go for idleness writes the
+    /// vectors its searches made since the last write, and its next search
+    /// reads them back instead of running the model again.
+    #[test]
+    fn an_idle_tenants_record_vectors_are_kept_before_they_go()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let Some(model) = transformer() else {
+            return Ok(());
+        };
+        let catalog = git_catalog(Some(model));
+        let tmp = tempfile::tempdir()?;
+        let vectors = tmp.path().join("learned-vectors.bin");
+        let learning = Learning::open(true, Some(tmp.path().join("learned.json")), "t");
+        learning.searched("s", "what happened in this repo lately");
+        learning.used("s", "git.git_log");
+        ranked(&catalog, &learning, "recent repo happenings")?;
+        let first = inode(&vectors)?;
+        learning.searched("s", "which files did I touch");
+        learning.used("s", "git.git_status");
+        let before = ranked(&catalog, &learning, "recent repo happenings")?;
+        assert_eq!(inode(&vectors)?, first, "written again within a minute");
+        assert!(learning.release_if_idle(Duration::ZERO));
+        let both = inode(&vectors)?;
+        assert_ne!(
+            both, first,
+            "the second record's vector is kept before it goes"
+        );
+        assert_eq!(
+            ranked(&catalog, &learning, "recent repo happenings")?,
+            before
+        );
+        drop(learning);
+        assert_eq!(
+            inode(&vectors)?,
+            both,
+            "the next search read them back: nothing embedded, nothing to write"
+        );
+        Ok(())
     }
 
     /// The file's identity: a write makes a new file and renames it.

@@ -116,6 +116,10 @@ impl Metrics {
         describe_gauge!("cem_sessions", "Open MCP sessions");
         describe_gauge!("cem_tenants", "Tenants with state on this node");
         describe_gauge!(
+            "cem_search_catalogs",
+            "Tenants holding a built search catalog (an idle one's is released)"
+        );
+        describe_gauge!(
             "cem_sandbox_pool_ready",
             "Sandboxes started and waiting for an execution, all tenants"
         );
@@ -188,10 +192,17 @@ impl Metrics {
         histogram!("cem_store_round_trip_seconds").record(seconds);
     }
 
-    /// The gauges read at scrape time: tenants, ready sandboxes, and each
-    /// configured upstream's state.
-    pub fn set_state(&self, tenants: usize, pool_ready: usize, upstreams: &[(String, bool)]) {
+    /// The gauges read at scrape time: tenants, those holding a search
+    /// catalog, ready sandboxes, and each configured upstream's state.
+    pub fn set_state(
+        &self,
+        tenants: usize,
+        search_catalogs: usize,
+        pool_ready: usize,
+        upstreams: &[(String, bool)],
+    ) {
         gauge!("cem_tenants").set(tenants as f64);
+        gauge!("cem_search_catalogs").set(search_catalogs as f64);
         gauge!("cem_sandbox_pool_ready").set(pool_ready as f64);
         for (server, up) in upstreams {
             gauge!("cem_upstream_up", "server" => server.clone()).set(f64::from(u8::from(*up)));
@@ -247,7 +258,7 @@ mod tests {
             let _b = m.bridge_request();
             assert!(m.render().contains("cem_sessions 1"));
         }
-        m.set_state(3, 2, &[("git".into(), true), ("time".into(), false)]);
+        m.set_state(3, 1, 2, &[("git".into(), true), ("time".into(), false)]);
         let text = m.render();
         for line in [
             "cem_executions_total{outcome=\"success\"} 1",
@@ -258,6 +269,7 @@ mod tests {
             "cem_sessions 0",
             "cem_bridge_requests_in_flight 0",
             "cem_tenants 3",
+            "cem_search_catalogs 1",
             "cem_sandbox_pool_ready 2",
             "cem_upstream_up{server=\"time\"} 0",
             "cem_execution_duration_seconds_count 2",

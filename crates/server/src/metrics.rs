@@ -69,13 +69,15 @@ async fn serve_metrics(
     Ok(())
 }
 
-/// The metrics, with the gauges read now: tenants, ready sandboxes and
-/// each configured upstream's state (the local tenant's connections).
+/// The metrics, with the gauges read now: tenants, those holding a search
+/// catalog, ready sandboxes and each configured upstream's state (the
+/// local tenant's connections).
 async fn render(tenants: &Tenants) -> String {
     let all = tenants.all();
-    let mut ready = 0;
+    let (mut ready, mut catalogs) = (0, 0);
     for tenant in &all {
         ready += tenant.engine.pool_ready().await;
+        catalogs += usize::from(tenant.catalog.is_built().await);
     }
     let upstreams: Vec<(String, bool)> = tenants
         .local()
@@ -89,6 +91,6 @@ async fn render(tenants: &Tenants) -> String {
         })
         .collect();
     let metrics = cem_metrics::metrics();
-    metrics.set_state(all.len(), ready, &upstreams);
+    metrics.set_state(all.len(), catalogs, ready, &upstreams);
     metrics.render()
 }

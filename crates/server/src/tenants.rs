@@ -7,18 +7,23 @@ use cem_auth::{LOCAL_TENANT, Principal};
 
 use cem_host::{AppState, StateError};
 
-/// How often a tenant's upstream processes are checked for idleness.
-const UPSTREAM_CHECK: std::time::Duration = std::time::Duration::from_secs(15);
+/// How often a tenant is checked for idleness.
+const IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// Stops a tenant's own upstream processes once its engine gave its
-/// sandboxes back for idleness (`sandbox.tenant_idle_seconds`): its calls
-/// come only from its executions, so none is in flight, and its next call
-/// starts them again. Ends with the tenant.
-fn release_upstreams_when_idle(state: &Arc<AppState>) {
+/// Gives back what an idle tenant holds (`sandbox.tenant_idle_seconds`),
+/// beside the sandboxes its engine gives back itself:
+/// - its own upstream processes, once the engine gave its sandboxes back:
+///   its calls come only from its executions, so none is in flight, and
+///   its next call starts them again;
+/// - its catalog (entries, word index, vectors) and what its searches
+///   made of its records, once it has not searched for as long: its next
+///   search builds them again, the records' vectors read back from disk.
+///
+/// Ends with the tenant.
+fn release_when_idle(state: &Arc<AppState>) {
     let tenant = Arc::downgrade(state);
-    let every = UPSTREAM_CHECK.min(std::time::Duration::from_secs(
-        state.config.sandbox.tenant_idle_seconds,
-    ));
+    let idle = std::time::Duration::from_secs(state.config.sandbox.tenant_idle_seconds);
+    let every = IDLE_CHECK.min(idle);
     tokio::spawn(async move {
         let mut stopped = false;
         loop {
@@ -26,9 +31,23 @@ fn release_upstreams_when_idle(state: &Arc<AppState>) {
             let Some(state) = tenant.upgrade() else {
                 return;
             };
+            let digest = cem_config::tenant_digest(&state.tenant);
+            if state.catalog.release_if_idle(idle).await {
+                tracing::info!(tenant = %digest, "tenant idle; its search catalog released");
+            }
+            // Writes the records' vectors first: the tenant's host work,
+            // off the async workers.
+            let learning = state.clone();
+            let released = state
+                .host
+                .run(move || learning.learning.release_if_idle(idle))
+                .await;
+            if released.unwrap_or(false) {
+                tracing::info!(tenant = %digest, "tenant idle; what its searches made of its records released");
+            }
             match (state.engine.parked(), stopped) {
                 (true, false) => {
-                    tracing::info!(tenant = %cem_config::tenant_digest(&state.tenant), "tenant idle; stopping its upstream servers");
+                    tracing::info!(tenant = %digest, "tenant idle; stopping its upstream servers");
                     state.upstreams.shutdown().await;
                     stopped = true;
                 }
@@ -77,7 +96,7 @@ impl Tenants {
         tracing::info!(tenant = %cem_config::tenant_digest(&principal.tenant), "new tenant");
         state.engine.warm_up();
         state.catalog.watch_changes();
-        release_upstreams_when_idle(&state);
+        release_when_idle(&state);
         others.insert(principal.tenant.clone(), state.clone());
         Ok(state)
     }
