@@ -27,7 +27,8 @@ FAULT = str(Path(__file__).parent / "servers" / "fault_server.py")
 TOKENS = {"alice": "alice-token-0123456789abcdef", "bob": "bob-token-0123456789abcdef"}
 
 
-def serve(tmp_path: Path, extra: dict | None = None):
+def serve(tmp_path: Path, extra: dict | None = None, *args: str):
+    """A server with the fault upstream and Alice's and Bob's tokens (`args`: more of `serve`'s flags)."""
     data = tmp_path / "data"
     data.mkdir()
     config = tmp_path / "config.json"
@@ -36,7 +37,7 @@ def serve(tmp_path: Path, extra: dict | None = None):
         "auth": {"tokens": TOKENS},
         **(extra or {}),
     }))
-    server = start_http(data, config=config)
+    server = start_http(data, *args, config=config)
     return server, Stateless(server.url, TOKENS["alice"]), Stateless(server.url, TOKENS["bob"])
 
 
@@ -480,17 +481,8 @@ def test_each_tenant_calls_its_own_upstream_process_and_an_idle_one_stops_it(tmp
 def test_an_idle_tenant_gives_its_search_catalog_back_and_ranks_the_same_after(tmp_path: Path):
     # Every principal that ever searched held its own catalog (entries, word index, vectors: megabytes with
     # thousands of tools) and what its searches made of its records, for as long as the server ran.
-    data = tmp_path / "data"
-    data.mkdir()
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "mcpServers": {"fault": {"command": str(SDK1_PYTHON), "args": [FAULT]}},
-        "auth": {"tokens": TOKENS},
-        "sandbox": {"tenant_idle_seconds": 3},
-    }))
     port = free_port()
-    server = start_http(data, "--metrics", f"127.0.0.1:{port}", config=config)
-    alice, bob = Stateless(server.url, TOKENS["alice"]), Stateless(server.url, TOKENS["bob"])
+    server, alice, bob = serve(tmp_path, {"sandbox": {"tenant_idle_seconds": 3}}, "--metrics", f"127.0.0.1:{port}")
 
     def catalogs() -> int:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text

@@ -610,16 +610,7 @@ mod tests {
 
     /// A search as `search_tools` makes it; how many tools it found.
     fn search(catalog: &cem_catalog::Catalog, learning: &Learning) -> Result<usize, String> {
-        learning.with(|learned| {
-            let learned = learned.ok_or("learning is off")?;
-            let learning = cem_catalog::Learning {
-                learned,
-                now: now(),
-            };
-            Ok(catalog
-                .search_learned("recent changes", None, 2, learning)
-                .len())
-        })
+        ranked(catalog, learning, "recent changes").map(|hits| hits.len())
     }
 
     /// A search for `query` as `search_tools` makes it: each hit's entry
