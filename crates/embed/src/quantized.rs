@@ -295,9 +295,6 @@ mod tests {
         assert!(Rows::default().is_empty());
     }
 
-    /// The scans are built for the processor's vector unit (AVX-512 or
-    /// AVX2 where there): each must sum exactly as the portable code does,
-    /// or one machine would rank otherwise than another.
     /// The scans run as built for the processor's widest unit: checked
     /// against what the standard library detects, and against
     /// `CEM_EXPECT_VECTOR_UNIT` where `scripts/test` runs these tests on an
@@ -331,6 +328,9 @@ mod tests {
         assert_eq!(unit, "portable");
     }
 
+    /// The scans are built for the processor's vector unit (AVX-512 or
+    /// AVX2 where there): each must sum exactly as the portable code does,
+    /// or one machine would rank otherwise than another.
     #[test]
     fn scans_built_for_the_vector_unit_sum_as_portable_code_does() {
         for dims in [384, 13, 1] {

@@ -414,8 +414,8 @@ impl CatalogService {
     /// Drops the current catalog when nothing asked for it for `idle`:
     /// an idle tenant's entries, word index and vectors (megabytes with
     /// thousands of tools) go back, and its next search builds them again
-    /// from the servers' cached lists and the vector cache (some 40 ms for
-    /// 10,000 tools). Whether it dropped one.
+    /// from the servers' lists and the vector cache (no server is asked,
+    /// no model runs). Whether it dropped one.
     pub async fn release_if_idle(&self, idle: std::time::Duration) -> bool {
         let quiet = || {
             self.used_at

@@ -315,8 +315,7 @@ impl Learning {
     /// reads them instead of running the model again. The records stay.
     /// Whether anything was dropped.
     pub fn release_if_idle(&self, idle: Duration) -> bool {
-        let quiet = |at: &Option<Instant>| at.is_some_and(|at| at.elapsed() >= idle);
-        if !self.enabled || !self.searched_at.lock().is_ok_and(|at| quiet(&at)) {
+        if !self.due_for_release(idle) {
             return false;
         }
         self.keep_vectors(true);
@@ -325,7 +324,7 @@ impl Learning {
         };
         // A search since: not idle after all (it waits for this lock, and
         // noted its time before).
-        if !self.searched_at.lock().is_ok_and(|at| quiet(&at)) {
+        if !self.due_for_release(idle) {
             return false;
         }
         let dropped = learned.release();
@@ -333,6 +332,18 @@ impl Learning {
             self.released.store(true, Ordering::SeqCst);
         }
         dropped
+    }
+
+    /// Whether searches ran with the records since the last release, the
+    /// last of them `idle` ago or more: a cheap look before
+    /// [`Learning::release_if_idle`], which may write.
+    pub fn due_for_release(&self, idle: Duration) -> bool {
+        self.enabled
+            && !self.released.load(Ordering::SeqCst)
+            && self
+                .searched_at
+                .lock()
+                .is_ok_and(|at| at.is_some_and(|at| at.elapsed() >= idle))
     }
 
     /// Offers the kept vectors to the next search, after a release.

@@ -38,11 +38,13 @@ fn release_when_idle(state: &Arc<AppState>) {
             // Writes the records' vectors first: the tenant's host work,
             // off the async workers.
             let learning = state.clone();
-            let released = state
-                .host
-                .run(move || learning.learning.release_if_idle(idle))
-                .await;
-            if released.unwrap_or(false) {
+            if state.learning.due_for_release(idle)
+                && state
+                    .host
+                    .run(move || learning.learning.release_if_idle(idle))
+                    .await
+                    .unwrap_or(false)
+            {
                 tracing::info!(tenant = %digest, "tenant idle; what its searches made of its records released");
             }
             match (state.engine.parked(), stopped) {
