@@ -27,7 +27,7 @@ pub struct Effects {
 }
 
 /// A tool (or skill) as the catalog knows it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Entry {
     pub kind: EntryKind,
     /// The upstream server, registry category, or "skills".

@@ -138,6 +138,30 @@ pub struct Built {
     pub unavailable: Vec<(String, String)>,
 }
 
+/// The last catalog any tenant of this server built without skills, for
+/// the others to share: a person with no skill of their own searches the
+/// same entries as every other such person (the servers' tools and the
+/// registry), and one copy of them, their word index and their vectors
+/// (16 MB over 3,000 tools) serves them all. Held weakly: it goes with
+/// the last tenant holding it.
+#[derive(Debug, Default)]
+pub struct SharedBuilds(std::sync::Mutex<std::sync::Weak<Built>>);
+
+impl SharedBuilds {
+    /// The shared catalog, if one is held and made of exactly `entries`
+    /// with the same servers missing.
+    fn find(&self, entries: &[Entry], unavailable: &[(String, String)]) -> Option<Arc<Built>> {
+        let built = self.0.lock().ok()?.upgrade()?;
+        (built.catalog.entries() == entries && built.unavailable == unavailable).then_some(built)
+    }
+
+    fn offer(&self, built: &Arc<Built>) {
+        if let Ok(mut shared) = self.0.lock() {
+            *shared = Arc::downgrade(built);
+        }
+    }
+}
+
 pub struct CatalogService {
     manager: Arc<Manager>,
     registry: Vec<Entry>,
@@ -162,6 +186,8 @@ pub struct CatalogService {
     ranking: Ranking,
     /// Where entries' vectors are cached (`<data>/cache/vectors`).
     vector_cache: Option<std::path::PathBuf>,
+    /// Catalogs without skills, shared by every tenant of the server.
+    shared: Arc<SharedBuilds>,
     /// When the catalog was last asked for (see
     /// [`CatalogService::release_if_idle`]).
     used_at: std::sync::Mutex<Option<std::time::Instant>>,
@@ -175,6 +201,7 @@ impl CatalogService {
         skills: Option<SkillStore>,
         ranking: Ranking,
         vector_cache: Option<std::path::PathBuf>,
+        shared: Arc<SharedBuilds>,
     ) -> Self {
         Self {
             manager,
@@ -188,6 +215,7 @@ impl CatalogService {
             wrappers_lock: tokio::sync::Mutex::new(()),
             ranking,
             vector_cache,
+            shared,
             used_at: std::sync::Mutex::new(None),
         }
     }
@@ -200,6 +228,11 @@ impl CatalogService {
     /// How searches rank.
     pub fn ranking(&self) -> &Ranking {
         &self.ranking
+    }
+
+    /// The catalogs without skills this service shares with others.
+    pub fn shared_builds(&self) -> &Arc<SharedBuilds> {
+        &self.shared
     }
 
     /// A catalog of `entries`, with their vectors when ranking by meaning
@@ -333,7 +366,7 @@ impl CatalogService {
         if let Some(built) = slot.as_ref() {
             return built.clone();
         }
-        let built = Arc::new(self.build(false).await);
+        let built = self.build(false).await;
         *slot = Some(built.clone());
         self.write_wrappers(built.catalog.entries().to_vec()).await;
         built
@@ -341,7 +374,7 @@ impl CatalogService {
 
     /// Rebuilds now; `refresh` re-asks every server instead of the cache.
     pub async fn rebuild(&self, refresh: bool) -> Arc<Built> {
-        let built = Arc::new(self.build(refresh).await);
+        let built = self.build(refresh).await;
         *self.current.write().await = Some(built.clone());
         self.write_wrappers(built.catalog.entries().to_vec()).await;
         built
@@ -355,19 +388,18 @@ impl CatalogService {
             // Nothing built yet: the next build reads the skills anyway.
             return;
         };
-        let mut entries: Vec<Entry> = built
+        let entries: Vec<Entry> = built
             .catalog
             .entries()
             .iter()
             .filter(|e| e.kind != EntryKind::Skill)
             .cloned()
             .collect();
-        entries.extend(self.skill_entries().await);
         let unavailable = built.unavailable.clone();
-        *slot = Some(Arc::new(Built {
-            catalog: self.catalog_of(entries).await,
-            unavailable,
-        }));
+        let built = self
+            .catalog_with(entries, self.skill_entries().await, unavailable)
+            .await;
+        *slot = Some(built);
     }
 
     /// The skills as catalog entries, noting the store's generation they
@@ -558,7 +590,9 @@ impl CatalogService {
         partial
     }
 
-    async fn build(&self, refresh: bool) -> Built {
+    /// A catalog of the servers' tools, the registry and the skills; one
+    /// without skills is the shared one when it holds the same entries.
+    async fn build(&self, refresh: bool) -> Arc<Built> {
         let mut entries = Vec::new();
         let mut unavailable = Vec::new();
         for (server, result) in self.list_all(refresh).await {
@@ -578,11 +612,34 @@ impl CatalogService {
             }
         }
         entries.extend(self.registry.iter().cloned());
-        entries.extend(self.skill_entries().await);
-        Built {
+        self.catalog_with(entries, self.skill_entries().await, unavailable)
+            .await
+    }
+
+    /// The catalog of `entries` and `skills`: without skills, the shared
+    /// one when it holds the same entries (else one made and shared).
+    async fn catalog_with(
+        &self,
+        mut entries: Vec<Entry>,
+        skills: Vec<Entry>,
+        unavailable: Vec<(String, String)>,
+    ) -> Arc<Built> {
+        if skills.is_empty() {
+            if let Some(built) = self.shared.find(&entries, &unavailable) {
+                return built;
+            }
+            let built = Arc::new(Built {
+                catalog: self.catalog_of(entries).await,
+                unavailable,
+            });
+            self.shared.offer(&built);
+            return built;
+        }
+        entries.extend(skills);
+        Arc::new(Built {
             catalog: self.catalog_of(entries).await,
             unavailable,
-        }
+        })
     }
 }
 
@@ -643,6 +700,80 @@ mod tests {
     use std::time::Duration;
 
     use crate::{AppState, ToolSet};
+
+    /// Tenants without skills search one catalog (one copy of the servers'
+    /// tools, their index and vectors); a tenant with a skill has its own,
+    /// and one released takes the shared one back if another holds it.
+    #[tokio::test]
+    async fn tenants_without_skills_share_one_catalog() -> Result<(), Box<dyn std::error::Error>> {
+        let tmp = tempfile::tempdir()?;
+        let config = cem_config::Config::default();
+        let manager = Arc::new(cem_upstream::Manager::new(
+            &config,
+            tmp.path().join("cache"),
+        ));
+        let registry: Vec<cem_catalog::Entry> = ["weather_forecast", "currency_rates"]
+            .iter()
+            .filter_map(|name| {
+                let tool =
+                    serde_json::json!({"name": name, "description": format!("{name} for a city")});
+                cem_catalog::Entry::upstream("registry", &tool, None)
+            })
+            .collect();
+        let shared = Arc::new(super::SharedBuilds::default());
+        let service = |skills: Option<cem_store::SkillStore>| {
+            super::CatalogService::new(
+                manager.clone(),
+                registry.clone(),
+                None,
+                skills,
+                super::Ranking::from_config(&config.search),
+                None,
+                shared.clone(),
+            )
+        };
+        let store = |name: &str| cem_store::SkillStore::open(&tmp.path().join(name));
+        let (alice, bob) = (service(Some(store("alice")?)), service(Some(store("bob")?)));
+        let carol_skills = store("carol")?;
+        carol_skills.save(
+            "weekly_report",
+            "Sums the week's sales by region",
+            "def main():\n    return 1\n",
+            &cem_store::Analysis::default(),
+        )?;
+        let carol = service(Some(carol_skills));
+        let (a, b, c) = (alice.get().await, bob.get().await, carol.get().await);
+        assert!(Arc::ptr_eq(&a, &b), "one catalog for both");
+        assert_eq!(a.catalog.len(), 2);
+        assert!(!Arc::ptr_eq(&a, &c), "a tenant with a skill has its own");
+        assert_eq!(c.catalog.len(), 3);
+        // Alice idles; Bob still searches: hers comes back as the shared one.
+        assert!(alice.release_if_idle(Duration::ZERO).await);
+        assert!(Arc::ptr_eq(&alice.get().await, &b));
+        // Bob saves a skill: his catalog becomes his own, Alice's is untouched.
+        bob.skills.as_ref().ok_or("bob has a skill store")?.save(
+            "tally",
+            "Counts rows",
+            "def main():\n    return 2\n",
+            &cem_store::Analysis::default(),
+        )?;
+        let b2 = bob.get().await;
+        assert!(!Arc::ptr_eq(&b2, &a) && b2.catalog.len() == 3);
+        assert!(Arc::ptr_eq(&alice.get().await, &a) && a.catalog.len() == 2);
+        // And deletes it: the shared one again.
+        bob.skills
+            .as_ref()
+            .ok_or("bob has a skill store")?
+            .delete("tally")?;
+        assert!(Arc::ptr_eq(&bob.get().await, &a));
+        // Nobody holds it any more: the next one is built again, the same.
+        drop((a, b, b2));
+        assert!(alice.release_if_idle(Duration::ZERO).await);
+        assert!(bob.release_if_idle(Duration::ZERO).await);
+        let again = alice.get().await;
+        assert_eq!(again.catalog.len(), 2);
+        Ok(())
+    }
 
     /// An idle tenant's catalog goes, and its next search has the same
     /// entries back; one asked for within the idle time stays.

@@ -108,6 +108,8 @@ struct Shared<'a> {
     upstreams: Arc<Manager>,
     registry: Vec<cem_catalog::Entry>,
     ranking: crate::discovery::Ranking,
+    /// Catalogs without skills, one for every tenant that has none.
+    shared_builds: Arc<crate::discovery::SharedBuilds>,
     /// The host's bound on executions at once.
     running: Option<Arc<tokio::sync::Semaphore>>,
     /// Every tenant's interpreter sessions (one server-wide cap).
@@ -222,6 +224,7 @@ impl AppState {
             .unwrap_or_else(|| data_dir.join("audit").join("audit.jsonl"));
         let shared = Shared {
             ranking: crate::discovery::Ranking::from_config(&config.search),
+            shared_builds: Arc::default(),
             running: Some(Arc::new(tokio::sync::Semaphore::new(
                 config.sandbox.max_concurrent as usize,
             ))),
@@ -280,6 +283,7 @@ impl AppState {
             )),
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
+            shared_builds: self.catalog.shared_builds().clone(),
             running: base.running.clone(),
             sessions: base.sessions.clone(),
             host: self.host.server(),
@@ -319,6 +323,7 @@ impl AppState {
             upstreams,
             registry,
             ranking,
+            shared_builds,
             running,
             sessions,
             host,
@@ -377,6 +382,7 @@ impl AppState {
             Some(skills.clone()),
             ranking,
             Some(data_dir.join("cache").join("vectors")),
+            shared_builds,
         ));
         let gate = crate::gate::Gate::new(
             config.policy.clone(),
