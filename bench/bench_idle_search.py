@@ -1,18 +1,21 @@
-"""What idle tenants' search state holds, and what releasing it gives back, in one run.
+"""What tenants' search state holds, shared or their own, and what releasing it gives back, in one run.
 
     /usr/bin/python3 bench/bench_idle_search.py target/release/code-execution-mcp [--tenants 20] [--tools 3000]
 
 (scripts/bench idle-search runs it; it needs scripts/test's .test-env for the MCP Python SDK 1.x the upstream
 runs on.) One server over HTTP with a static token per tenant, `sandbox.tenant_idle_seconds` 20 and metrics on,
 and one upstream whose tools are generated (a description and three described parameters each, as real servers'
-are). Each tenant searches once, reads one definition after it (a use: learning records it) and searches again;
-then all idle. The server's RSS is read at the start (the local tenant's catalog built), with every tenant's
-catalog held, and once `cem_search_catalogs` says they were released (plus the server's 10 s heap trim). The
-same is done with an upstream of one tool, so that what the tenants hold besides their catalogs (their engines,
-which are released for idleness too) is taken out: the difference is the search state.
+are). Each tenant (after saving a skill of its own, in the runs marked so) searches once, reads one definition
+after it (a use: learning records it) and searches again; then all idle. The server's RSS is read at the start
+(the first tenant's search done), with every tenant's catalog held, and once `cem_search_catalogs` says they
+were released (plus the server's 10 s heap trim). Four runs: 3,000 tools without skills (every tenant searches
+the one shared catalog), 3,000 tools with a skill each (each its own catalog), and one tool each way, so that
+what the tenants hold besides their catalogs (their engines, which are released for idleness too) is taken out:
+the difference is the search state.
 
 Then, with the catalogs released, each tenant's next search (the catalog built again from the cached tool list
-and vectors) against a search with it held: medians, milliseconds, one request at a time.
+and vectors, or the shared one taken) against a search with it held: medians, milliseconds, one request at a
+time.
 
 Prints one JSON object. Everything stays on 127.0.0.1.
 """
@@ -94,20 +97,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one_run(binary: str, tools: int, tenants: int, tmp: Path) -> dict:
-    data = tmp / f"data-{tools}"
+def one_run(binary: str, tools: int, tenants: int, tmp: Path, skills: bool) -> dict:
+    run = f"{tools}-{'skills' if skills else 'none'}"
+    data = tmp / f"data-{run}"
     data.mkdir()
     server_py = tmp / "generated_server.py"
     server_py.write_text(SERVER)
     names = [f"person{i}" for i in range(tenants)]
-    config = tmp / f"config-{tools}.json"
+    config = tmp / f"config-{run}.json"
     config.write_text(json.dumps({
         "mcpServers": {"generated": {"command": str(SDK1), "args": [str(server_py), str(tools)]}},
         "auth": {"tokens": {n: token(n) for n in names}},
         "sandbox": {"tenant_idle_seconds": IDLE_SECONDS},
     }))
     metrics_port = free_port()
-    log = tmp / f"server-{tools}.log"
+    log = tmp / f"server-{run}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
     with open(log, "wb") as err:
         proc = subprocess.Popen([binary, "--data-dir", str(data), "--config", str(config), "--log-level", "info",
@@ -126,7 +130,12 @@ def one_run(binary: str, tools: int, tenants: int, tmp: Path) -> dict:
             sys.exit("the server did not start")
         people = [Tenant(port, n) for n in names]
         query = {"query": "export the customer report as json", "detail_level": "name", "limit": 5}
-        # The tool list and its vectors cached, the local tenant's catalog built: the start.
+        if skills:
+            for person in people:
+                saved = person.call("save_skill", {"name": "weekly_total", "description": "Sums a week of numbers",
+                                                   "code": "def main(numbers):\n    return sum(numbers)\n"})
+                assert saved.get("success") is not False, saved
+        # The tool list and its vectors cached, one catalog built: the start.
         found = people[0].call("search_tools", query)
         assert found.get("tools"), found
         time.sleep(TRIM_SECONDS)
@@ -143,7 +152,7 @@ def one_run(binary: str, tools: int, tenants: int, tmp: Path) -> dict:
         held = rss_kb(proc.pid)
         held_catalogs = catalogs(metrics_port)
         deadline = time.monotonic() + IDLE_SECONDS * 4
-        while catalogs(metrics_port) > 1 and time.monotonic() < deadline:
+        while catalogs(metrics_port) > 0 and time.monotonic() < deadline:
             time.sleep(1)
         released_catalogs = catalogs(metrics_port)
         time.sleep(TRIM_SECONDS)
@@ -156,6 +165,7 @@ def one_run(binary: str, tools: int, tenants: int, tmp: Path) -> dict:
         return {
             "tools": tools,
             "tenants": tenants,
+            "a_skill_each": skills,
             "catalogs_held": held_catalogs,
             "catalogs_after_idle": released_catalogs,
             "rss_start_mb": round(start / 1024, 1),
@@ -180,16 +190,26 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=3000)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cem-idle-search-"))
-    many = one_run(args.binary, args.tools, args.tenants, tmp)
-    one = one_run(args.binary, 1, args.tenants, tmp)
-    per_tenant = ((many["rss_held_mb"] - many["rss_start_mb"]) - (one["rss_held_mb"] - one["rss_start_mb"])) / args.tenants
-    given_back = (many["rss_held_mb"] - many["rss_released_mb"]) - (one["rss_held_mb"] - one["rss_released_mb"])
+    shared = one_run(args.binary, args.tools, args.tenants, tmp, skills=False)
+    own = one_run(args.binary, args.tools, args.tenants, tmp, skills=True)
+    one = one_run(args.binary, 1, args.tenants, tmp, skills=True)
+    one_shared = one_run(args.binary, 1, args.tenants, tmp, skills=False)
+
+    def grew(run: dict) -> float:
+        return run["rss_held_mb"] - run["rss_start_mb"]
+
+    def gave_back(run: dict) -> float:
+        return run["rss_held_mb"] - run["rss_released_mb"]
+
     print(json.dumps({
-        "many_tools": many,
-        "one_tool": one,
-        "search_state_per_tenant_mb": round(per_tenant, 2),
-        "search_state_given_back_mb": round(given_back, 1),
-        "first_search_after_release_over_held": round(many["search_after_release_ms_p50"] / many["search_held_ms_p50"], 2),
+        "shared_no_skills": shared,
+        "own_a_skill_each": own,
+        "one_tool_a_skill_each": one,
+        "one_tool_no_skills": one_shared,
+        "own_catalog_per_tenant_mb": round((grew(own) - grew(one)) / args.tenants, 2),
+        "shared_catalog_per_tenant_mb": round((grew(shared) - grew(one_shared)) / args.tenants, 2),
+        "own_catalogs_given_back_mb": round(gave_back(own) - gave_back(one), 1),
+        "first_search_after_release_over_held": round(own["search_after_release_ms_p50"] / own["search_held_ms_p50"], 2),
     }, indent=2))
 
 
