@@ -505,9 +505,12 @@ def test_an_idle_tenant_gives_its_search_catalog_back_and_ranks_the_same_after(t
         assert "fault.ok" in ranked, ranked
         names(bob)
         held = catalogs()
-        # Bob keeps searching; Alice idles past sandbox.tenant_idle_seconds.
+        # Bob keeps searching; Alice idles past sandbox.tenant_idle_seconds (the idle loop releases her catalog,
+        # then her records' state: both lines are waited for).
         deadline = time.monotonic() + 30
-        while not released("token-alice", "its search catalog released") and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+                released("token-alice", "its search catalog released")
+                and released("token-alice", "what its searches made of its records released")):
             names(bob)
             time.sleep(0.3)
         assert released("token-alice", "its search catalog released"), server.log.read_text()[-3000:]

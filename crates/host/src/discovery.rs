@@ -145,18 +145,24 @@ pub struct Built {
 /// (16 MB over 3,000 tools) serves them all. Held weakly: it goes with
 /// the last tenant holding it.
 #[derive(Debug, Default)]
-pub struct SharedBuilds(std::sync::Mutex<std::sync::Weak<Built>>);
+pub struct SharedBuilds {
+    last: std::sync::Mutex<std::sync::Weak<Built>>,
+    /// One build of a catalog without skills at a time: tenants coming
+    /// back together after a change of the lists take the first one's
+    /// build instead of each making a copy.
+    building: tokio::sync::Mutex<()>,
+}
 
 impl SharedBuilds {
     /// The shared catalog, if one is held and made of exactly `entries`
     /// with the same servers missing.
     fn find(&self, entries: &[Entry], unavailable: &[(String, String)]) -> Option<Arc<Built>> {
-        let built = self.0.lock().ok()?.upgrade()?;
+        let built = self.last.lock().ok()?.upgrade()?;
         (built.catalog.entries() == entries && built.unavailable == unavailable).then_some(built)
     }
 
     fn offer(&self, built: &Arc<Built>) {
-        if let Ok(mut shared) = self.0.lock() {
+        if let Ok(mut shared) = self.last.lock() {
             *shared = Arc::downgrade(built);
         }
     }
@@ -466,9 +472,12 @@ impl CatalogService {
     }
 
     /// Whether a catalog is built and held (see
-    /// [`CatalogService::release_if_idle`]).
-    pub async fn is_built(&self) -> bool {
-        self.current.read().await.is_some()
+    /// [`CatalogService::release_if_idle`]); one being built or released
+    /// right now counts as held (a metrics scrape must not wait for it).
+    pub fn is_built(&self) -> bool {
+        self.current
+            .try_read()
+            .map_or(true, |current| current.is_some())
     }
 
     /// Drops the current catalog; the next use builds a fresh one.
@@ -625,6 +634,7 @@ impl CatalogService {
         unavailable: Vec<(String, String)>,
     ) -> Arc<Built> {
         if skills.is_empty() {
+            let _building = self.shared.building.lock().await;
             if let Some(built) = self.shared.find(&entries, &unavailable) {
                 return built;
             }

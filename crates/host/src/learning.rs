@@ -57,9 +57,10 @@ pub struct Learning {
     /// When a search last ran with the records (see
     /// [`Learning::release_if_idle`]).
     searched_at: Mutex<Option<Instant>>,
-    /// What searches use was dropped for idleness: the next one takes the
-    /// kept vectors back first.
-    released: AtomicBool,
+    /// The kept vectors are for the next search to take (after the
+    /// tenant's opening, and after a release for idleness): set and taken
+    /// under the records' write lock.
+    take_back: AtomicBool,
 }
 
 /// How often at most the records' vectors are written while searches run
@@ -104,7 +105,7 @@ impl Learning {
             pulled: Mutex::new(None),
             vectors_kept: Mutex::new(None),
             searched_at: Mutex::new(None),
-            released: AtomicBool::new(false),
+            take_back: AtomicBool::new(false),
             on_disk: Mutex::new(on_disk),
             tenant,
         };
@@ -112,22 +113,23 @@ impl Learning {
         learning
     }
 
-    /// Takes the records' kept vectors as made before; with no records
-    /// (none yet, or their file gone or set aside), removes any, as they
-    /// would name their words.
+    /// Offers the records' kept vectors to the first search (read then:
+    /// a tenant that only runs code holds none); with no records (none
+    /// yet, or their file gone or set aside), removes any, as they would
+    /// name their words.
     fn take_kept_vectors(&mut self) {
-        let (Some(path), true) = (&self.path, self.enabled) else {
+        let (Some(_), true) = (&self.path, self.enabled) else {
             return;
         };
-        let vectors = vectors_path(path);
-        let learned = self
+        let empty = self
             .learned
             .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if learned.is_empty() {
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty();
+        if empty {
             self.forget_vectors();
-        } else if let Err(e) = learned.load_vectors(&vectors) {
-            tracing::warn!(tenant = %self.tenant, error = %e, "the records' kept vectors are not used");
+        } else {
+            *self.take_back.get_mut() = true;
         }
     }
 
@@ -235,12 +237,20 @@ impl Learning {
             *at = Some(Instant::now());
         }
         self.follow_disk();
-        if self.released.swap(false, Ordering::SeqCst) {
-            self.take_back_vectors();
-        }
-        let found = match self.learned.read() {
-            Ok(learned) => search(Some(&learned)),
-            Err(_) => search(None),
+        let found = {
+            let mut learned = self.learned.read();
+            // Looked at under the lock a release sets it under: a search
+            // never finds the records released without taking the
+            // vectors back (else it would run the model on every record).
+            if self.take_back.load(Ordering::SeqCst) {
+                drop(learned);
+                self.take_back_vectors();
+                learned = self.learned.read();
+            }
+            match learned {
+                Ok(learned) => search(Some(&learned)),
+                Err(_) => search(None),
+            }
         };
         self.keep_vectors(false);
         found
@@ -310,10 +320,11 @@ impl Learning {
 
     /// Drops what searches use (the records' vectors and their
     /// comparisons, megabytes for a full set) when no search ran for
-    /// `idle`, after writing the vectors a transformer made since they
-    /// were last kept: an idle tenant's memory back, and its next search
-    /// reads them instead of running the model again. The records stay.
-    /// Whether anything was dropped.
+    /// `idle`, after writing the vectors the last search made with a
+    /// transformer, if not kept yet: an idle tenant's memory back, and its
+    /// next search reads them instead of running the model again (only on
+    /// records used after that last search). The records stay. Whether
+    /// anything was dropped.
     pub fn release_if_idle(&self, idle: Duration) -> bool {
         if !self.due_for_release(idle) {
             return false;
@@ -327,11 +338,10 @@ impl Learning {
         if !self.due_for_release(idle) {
             return false;
         }
-        let dropped = learned.release();
-        if dropped {
-            self.released.store(true, Ordering::SeqCst);
-        }
-        dropped
+        // Set even when nothing was made (a tenant without records): not due
+        // again until it searches, so the idle loop does no more work for it.
+        self.take_back.store(true, Ordering::SeqCst);
+        learned.release()
     }
 
     /// Whether searches ran with the records since the last release, the
@@ -339,16 +349,23 @@ impl Learning {
     /// [`Learning::release_if_idle`], which may write.
     pub fn due_for_release(&self, idle: Duration) -> bool {
         self.enabled
-            && !self.released.load(Ordering::SeqCst)
+            && !self.take_back.load(Ordering::SeqCst)
             && self
                 .searched_at
                 .lock()
                 .is_ok_and(|at| at.is_some_and(|at| at.elapsed() >= idle))
     }
 
-    /// Offers the kept vectors to the next search, after a release.
+    /// Offers the kept vectors to the next search, once (see
+    /// `take_back`).
     fn take_back_vectors(&self) {
-        let (Some(path), Ok(mut learned)) = (&self.path, self.learned.write()) else {
+        let Ok(mut learned) = self.learned.write() else {
+            return;
+        };
+        if !self.take_back.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let Some(path) = &self.path else {
             return;
         };
         if let Err(e) = learned.load_vectors(&vectors_path(path)) {
@@ -671,6 +688,10 @@ mod tests {
         assert!(prepared(&learning), "kept: it searched just now");
         assert!(learning.release_if_idle(Duration::ZERO));
         assert!(!prepared(&learning));
+        assert!(
+            !learning.due_for_release(Duration::ZERO),
+            "not due again before it searches"
+        );
         assert_eq!(
             learning.with(|l| l.map(Learned::len)),
             Some(1),
@@ -681,6 +702,14 @@ mod tests {
             before
         );
         assert!(prepared(&learning));
+        // A tenant with no records makes nothing to drop: once looked at,
+        // the idle loop leaves it alone until it searches again.
+        let other = tempfile::tempdir()?;
+        let empty = Learning::open(true, Some(other.path().join("learned.json")), "u");
+        ranked(&catalog, &empty, "recent repo happenings")?;
+        assert!(empty.due_for_release(Duration::ZERO));
+        assert!(!empty.release_if_idle(Duration::ZERO), "nothing was made");
+        assert!(!empty.due_for_release(Duration::ZERO));
         let off = Learning::open(false, Some(dir.path().join("learned.json")), "t");
         assert!(
             !off.release_if_idle(Duration::ZERO),

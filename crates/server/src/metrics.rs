@@ -77,7 +77,7 @@ async fn render(tenants: &Tenants) -> String {
     let (mut ready, mut catalogs) = (0, 0);
     for tenant in &all {
         ready += tenant.engine.pool_ready().await;
-        catalogs += usize::from(tenant.catalog.is_built().await);
+        catalogs += usize::from(tenant.catalog.is_built());
     }
     let upstreams: Vec<(String, bool)> = tenants
         .local()
