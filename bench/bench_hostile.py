@@ -251,6 +251,27 @@ def unmount_under(path: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
 
 
+def start_server(binary: str, data: Path, config: Path, log: Path, *flags: str,
+                 serve: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """`serve --http 127.0.0.1:0` (with `flags` before it and `serve` after), its stderr in `log`; the process and
+    its port once it listens (exits the bench if it does not start)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([binary, "--data-dir", str(data), "--config", str(config), *flags,
+                                 "serve", "--http", "127.0.0.1:0", *serve],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/mcp", log.read_text(errors="replace"))
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None:
+            sys.exit(log.read_text())
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("the server did not start")
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -303,21 +324,7 @@ def main() -> None:
         "quotas": {"concurrent_executions": 2},
     }))
     log = tmp / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([args.binary, "--data-dir", str(data), "--config", str(config), "--log-level", "warn",
-                                 "serve", "--http", "127.0.0.1:0"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-    deadline = time.monotonic() + 30
-    port = None
-    while time.monotonic() < deadline and port is None:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/mcp", log.read_text(errors="replace"))
-        port = int(m.group(1)) if m else None
-        if proc.poll() is not None:
-            sys.exit(log.read_text())
-        time.sleep(0.05)
-    if port is None:
-        sys.exit("the server did not start")
+    proc, port = start_server(args.binary, data, config, log, "--log-level", "warn")
     out: dict = {}
     rss: list[tuple[float, int, str]] = []
     phase = {"name": "warm-up"}

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -35,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_hostile import SDK1, Tenant, rss_kb, token, unmount_under  # noqa: E402
+from bench_hostile import SDK1, Tenant, rss_kb, start_server, token, unmount_under  # noqa: E402
 
 IDLE_SECONDS = 20
 # The server hands freed heap pages back every 10 s (crates/cli/src/memory.rs).
@@ -112,22 +111,9 @@ def one_run(binary: str, tools: int, tenants: int, tmp: Path, skills: bool) -> d
     }))
     metrics_port = free_port()
     log = tmp / f"server-{run}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CODE_EXECUTION_MCP_")}
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([binary, "--data-dir", str(data), "--config", str(config), "--log-level", "info",
-                                 "serve", "--http", "127.0.0.1:0", "--metrics", f"127.0.0.1:{metrics_port}"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    proc, port = start_server(binary, data, config, log, "--log-level", "info",
+                              serve=("--metrics", f"127.0.0.1:{metrics_port}"))
     try:
-        deadline = time.monotonic() + 30
-        port = None
-        while time.monotonic() < deadline and port is None:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/mcp", log.read_text(errors="replace"))
-            port = int(m.group(1)) if m else None
-            if proc.poll() is not None:
-                sys.exit(log.read_text())
-            time.sleep(0.05)
-        if port is None:
-            sys.exit("the server did not start")
         people = [Tenant(port, n) for n in names]
         query = {"query": "export the customer report as json", "detail_level": "name", "limit": 5}
         if skills:
