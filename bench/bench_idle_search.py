@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -176,10 +177,14 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=3000)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cem-idle-search-"))
-    shared = one_run(args.binary, args.tools, args.tenants, tmp, skills=False)
-    own = one_run(args.binary, args.tools, args.tenants, tmp, skills=True)
-    one = one_run(args.binary, 1, args.tenants, tmp, skills=True)
-    one_shared = one_run(args.binary, 1, args.tenants, tmp, skills=False)
+    try:
+        shared = one_run(args.binary, args.tools, args.tenants, tmp, skills=False)
+        own = one_run(args.binary, args.tools, args.tenants, tmp, skills=True)
+        one = one_run(args.binary, 1, args.tenants, tmp, skills=True)
+        one_shared = one_run(args.binary, 1, args.tenants, tmp, skills=False)
+    finally:
+        unmount_under(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     def grew(run: dict) -> float:
         return run["rss_held_mb"] - run["rss_start_mb"]
