@@ -272,6 +272,16 @@ def start_server(binary: str, data: Path, config: Path, log: Path, *flags: str,
     sys.exit("the server did not start")
 
 
+def stop_server(proc: subprocess.Popen, data: Path) -> None:
+    """Stops the server (killed if it has not ended in 20 s) and undoes the mounts it left under `data`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    unmount_under(data)
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -380,12 +390,7 @@ def main() -> None:
         alive = proc.poll() is None
     finally:
         stop.set()
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        unmount_under(tmp)
+        stop_server(proc, tmp)
     report: dict = {"baseline_minutes": args.baseline_minutes, "hostile_minutes": args.minutes,
                     "tenant_idle_seconds": args.idle_seconds, "final_rss_after_seconds": args.after_seconds,
                     "server_alive_after": alive}

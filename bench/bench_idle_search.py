@@ -27,7 +27,6 @@ import json
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_hostile import SDK1, Tenant, rss_kb, start_server, token, unmount_under  # noqa: E402
+from bench_hostile import SDK1, Tenant, rss_kb, start_server, stop_server, token, unmount_under  # noqa: E402
 
 IDLE_SECONDS = 20
 # The server hands freed heap pages back every 10 s (crates/cli/src/memory.rs).
@@ -162,12 +161,7 @@ def one_run(binary: str, tools: int, tenants: int, tmp: Path, skills: bool) -> d
             "search_after_release_ms_p50": round(statistics.median(rebuilt_ms), 2),
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        unmount_under(data)
+        stop_server(proc, data)
 
 
 def main() -> None:

@@ -196,7 +196,7 @@ pub struct CatalogService {
     shared: Arc<SharedBuilds>,
     /// When the catalog was last asked for (see
     /// [`CatalogService::release_if_idle`]).
-    used_at: std::sync::Mutex<Option<std::time::Instant>>,
+    used_at: crate::last_use::LastUse,
 }
 
 impl CatalogService {
@@ -222,7 +222,7 @@ impl CatalogService {
             ranking,
             vector_cache,
             shared,
-            used_at: std::sync::Mutex::new(None),
+            used_at: Default::default(),
         }
     }
 
@@ -350,9 +350,7 @@ impl CatalogService {
 
     /// The current catalog, building it if needed.
     pub async fn get(&self) -> Arc<Built> {
-        if let Ok(mut at) = self.used_at.lock() {
-            *at = Some(std::time::Instant::now());
-        }
+        self.used_at.touch();
         // Another process (the CLI, a second server) may have saved or
         // deleted a skill: one small read tells.
         if let Some(store) = &self.skills {
@@ -455,17 +453,12 @@ impl CatalogService {
     /// from the servers' lists and the vector cache (no server is asked,
     /// no model runs). Whether it dropped one.
     pub async fn release_if_idle(&self, idle: std::time::Duration) -> bool {
-        let quiet = || {
-            self.used_at
-                .lock()
-                .is_ok_and(|at| at.is_some_and(|at| at.elapsed() >= idle))
-        };
-        if !quiet() {
+        if !self.used_at.idle_for(idle) {
             return false;
         }
         let mut slot = self.current.write().await;
         // Asked for while this waited: not idle after all.
-        if !quiet() {
+        if !self.used_at.idle_for(idle) {
             return false;
         }
         slot.take().is_some()

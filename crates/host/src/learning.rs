@@ -56,7 +56,7 @@ pub struct Learning {
     vectors_kept: Mutex<Option<Instant>>,
     /// When a search last ran with the records (see
     /// [`Learning::release_if_idle`]).
-    searched_at: Mutex<Option<Instant>>,
+    searched_at: crate::last_use::LastUse,
     /// The kept vectors are for the next search to take (after the
     /// tenant's opening, and after a release for idleness): set and taken
     /// under the records' write lock.
@@ -104,7 +104,7 @@ impl Learning {
             recent: Mutex::new(HashMap::new()),
             pulled: Mutex::new(None),
             vectors_kept: Mutex::new(None),
-            searched_at: Mutex::new(None),
+            searched_at: Default::default(),
             take_back: AtomicBool::new(false),
             on_disk: Mutex::new(on_disk),
             tenant,
@@ -233,9 +233,7 @@ impl Learning {
         if !self.enabled {
             return search(None);
         }
-        if let Ok(mut at) = self.searched_at.lock() {
-            *at = Some(Instant::now());
-        }
+        self.searched_at.touch();
         self.follow_disk();
         let found = {
             let mut learned = self.learned.read();
@@ -348,12 +346,7 @@ impl Learning {
     /// last of them `idle` ago or more: a cheap look before
     /// [`Learning::release_if_idle`], which may write.
     pub fn due_for_release(&self, idle: Duration) -> bool {
-        self.enabled
-            && !self.take_back.load(Ordering::SeqCst)
-            && self
-                .searched_at
-                .lock()
-                .is_ok_and(|at| at.is_some_and(|at| at.elapsed() >= idle))
+        self.enabled && !self.take_back.load(Ordering::SeqCst) && self.searched_at.idle_for(idle)
     }
 
     /// Offers the kept vectors to the next search, once (see

@@ -24,6 +24,7 @@ mod disk_quota;
 pub mod gate;
 pub mod host_work;
 pub mod lane;
+mod last_use;
 pub mod learning;
 pub mod paused;
 pub mod privacy;
