@@ -60,7 +60,8 @@ pub fn name_words(text: &str) -> Vec<String> {
 }
 
 /// A light English stemmer: enough that "commits", "committed" and
-/// "committing" meet "commit", without the surprises of a full one.
+/// "committing" meet "commit", and "stage", "staged" and "staging" meet
+/// at "stag", without the surprises of a full one.
 pub fn stem(word: &str) -> String {
     let w = word;
     let n = w.len();
@@ -99,10 +100,16 @@ pub fn stem(word: &str) -> String {
     let len = bytes.len();
     if len >= 4 && bytes[len - 1] == bytes[len - 2] && !matches!(bytes[len - 1], b'l' | b's' | b'z')
     {
-        base[..len - 1].to_string()
-    } else {
-        base
+        return base[..len - 1].to_string();
     }
+    // A final silent "e" goes, as "-ed" and "-ing" took it ("staging" is
+    // "stag" + "ing"): else "stage files" misses `git_add`'s "staging
+    // area" and "create" misses "created". Not from a stem that would be
+    // left shorter than three letters ("use").
+    if len >= 4 && bytes[len - 1] == b'e' {
+        return base[..len - 1].to_string();
+    }
+    base
 }
 
 /// Edit distance counting a swap of two neighbours as one edit (optimal
@@ -162,16 +169,37 @@ mod tests {
             ("committed", "commit"),
             ("committing", "commit"),
             ("entities", "entity"),
-            ("files", "file"),
+            ("files", "fil"),
             ("searches", "search"),
             ("status", "status"),
             ("process", "process"),
             ("listing", "list"),
             ("branches", "branch"),
-            ("time", "time"),
-            ("zones", "zone"),
+            ("time", "tim"),
+            ("zones", "zon"),
+            ("use", "use"),
         ] {
             assert_eq!(stem(w), s, "{w}");
+        }
+    }
+
+    /// A word and its "-s", "-ed" and "-ing" forms share a stem, whether or
+    /// not the word ends in a silent "e".
+    #[test]
+    fn a_word_meets_its_inflections() {
+        for forms in [
+            ["stage", "stages", "staged", "staging"],
+            ["create", "creates", "created", "creating"],
+            ["update", "updates", "updated", "updating"],
+            ["close", "closes", "closed", "closing"],
+            ["move", "moves", "moved", "moving"],
+            ["name", "names", "named", "naming"],
+            ["change", "changes", "changed", "changing"],
+            ["commit", "commits", "committed", "committing"],
+            ["list", "lists", "listed", "listing"],
+        ] {
+            let stems: Vec<String> = forms.iter().map(|w| stem(w)).collect();
+            assert!(stems.iter().all(|s| *s == stems[0]), "{forms:?}: {stems:?}");
         }
     }
 
