@@ -807,23 +807,13 @@ impl Catalog {
 
     /// The name terms `term` may be a misspelling of, with their edit
     /// distance: one edit for a word under eight letters, two from eight,
-    /// none under three. A stem shorter than its name word and than four
-    /// letters is met only with two letters swapped ("nma" for "nam", the
-    /// stem of "name"): "nav" is one edit from it, and no misspelt "name".
+    /// none under three.
     fn misspelt<'a>(&'a self, term: &'a str) -> impl Iterator<Item = (&'a str, usize)> + 'a {
         let max = if term.len() >= 8 { 2 } else { 1 };
         self.name_terms
             .iter()
             .filter(move |c| {
-                let cut_short = c.len() < 4
-                    && self
-                        .name_spelling
-                        .get(c.as_str())
-                        .is_some_and(|written| written.len() > c.len());
-                term.len() >= 3
-                    && c.as_str() != term
-                    && c.len().abs_diff(term.len()) <= max
-                    && (!cut_short || same_letters(term, c))
+                term.len() >= 3 && c.as_str() != term && c.len().abs_diff(term.len()) <= max
             })
             .map(move |c| (c.as_str(), edit_distance(term, c, max)))
             .filter(move |(_, d)| *d <= max)
@@ -1019,17 +1009,6 @@ fn above(value: f32, floor: f32) -> f32 {
 /// The most words a query that names a tool by its name words may have
 /// (the subsets of its words are looked up: 2^6).
 const MAX_NAMING_WORDS: usize = 6;
-
-/// Whether two words are made of the same letters (one is the other with
-/// letters swapped).
-fn same_letters(a: &str, b: &str) -> bool {
-    let sorted = |w: &str| {
-        let mut letters: Vec<char> = w.chars().collect();
-        letters.sort_unstable();
-        letters
-    };
-    sorted(a) == sorted(b)
-}
 
 /// The words of a name or query as a set: split at separators and case
 /// changes, lowercase, stop words dropped, stemmed, sorted, each once.
@@ -1230,11 +1209,11 @@ mod tests {
         assert_eq!(top(&catalog(), "comit"), "git_commit");
     }
 
-    /// A word three letters long is a misspelling of a name word only as
-    /// the name writes it: "nav" begins "navigate", and is one edit from
-    /// "nam", the stem of "name", but two from "name".
+    /// A short word keeps its final "e" when stemmed: "nav" begins
+    /// "navigate" and is no misspelling of "name" (one edit from "nam",
+    /// which dropping every final "e" made of it).
     #[test]
-    fn a_short_word_is_no_misspelling_of_a_short_stem() {
+    fn a_short_query_word_is_no_misspelling_of_a_name() {
         let c = Catalog::new(vec![
             entry("playwright", "browser_navigate", "Navigate to a URL"),
             entry("everything", "get_name", "Returns the server's name"),
@@ -1249,11 +1228,12 @@ mod tests {
     fn a_word_finds_its_other_forms() {
         let c = Catalog::new(vec![
             entry("git", "git_add", "Adds file contents to the staging area"),
-            entry("git", "git_status", "Shows the working tree status"),
+            entry("git", "git_status", "Shows which files changed"),
             entry("github", "create_issue", "Create a new issue"),
+            entry("github", "list_issues", "List issues in a repository"),
         ]);
         assert_eq!(top(&c, "stage a file"), "git_add");
-        assert_eq!(top(&c, "issues created"), "create_issue");
+        assert_eq!(top(&c, "issue created"), "create_issue");
     }
 
     #[test]

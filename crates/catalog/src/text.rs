@@ -60,8 +60,12 @@ pub fn name_words(text: &str) -> Vec<String> {
 }
 
 /// A light English stemmer: enough that "commits", "committed" and
-/// "committing" meet "commit", and "stage", "staged" and "staging" meet
-/// at "stag", without the surprises of a full one.
+/// "committing" meet "commit", "stage", "staged" and "staging" meet
+/// "stage", and "create", "created" and "creating" meet "creat", without
+/// the surprises of a full one. The final "e" follows Porter (1980): it
+/// stays on a short word ending consonant-vowel-consonant ("stage",
+/// "note", "state", which would else become "stag", "not", "stat") and is
+/// put back where "-ed" or "-ing" took it; a longer word loses it.
 pub fn stem(word: &str) -> String {
     let w = word;
     let n = w.len();
@@ -73,20 +77,22 @@ pub fn stem(word: &str) -> String {
             .filter(|base| base.len() >= keep)
             .map(str::to_string)
     };
+    // "-ed" and "-ing" only from a stem with a vowel ("string" stays).
+    let verb = |suffix: &str| {
+        strip(suffix, 3)
+            .filter(|b| has_vowel(b))
+            .map(|b| restore_e(&b))
+    };
     let base = strip("ies", 3)
         .map(|b| b + "y")
         .or_else(|| strip("sses", 2).map(|b| b + "ss"))
-        .or_else(|| strip("ing", 3))
-        .or_else(|| strip("ed", 3))
         .or_else(|| {
-            if w.ends_with("ss") || w.ends_with("us") {
-                None
-            } else {
-                strip("es", 3).filter(|b| {
-                    b.ends_with(['s', 'x', 'z']) || b.ends_with("ch") || b.ends_with("sh")
-                })
-            }
+            w.strip_suffix("eed")
+                .filter(|b| measure(b) > 0)
+                .map(|b| b.to_string() + "ee")
         })
+        .or_else(|| verb("ing"))
+        .or_else(|| verb("ed"))
         .or_else(|| {
             if w.ends_with("ss") || w.ends_with("us") || w.ends_with("is") {
                 None
@@ -98,18 +104,71 @@ pub fn stem(word: &str) -> String {
     // "committ" (from committing/committed) -> "commit"
     let bytes = base.as_bytes();
     let len = bytes.len();
-    if len >= 4 && bytes[len - 1] == bytes[len - 2] && !matches!(bytes[len - 1], b'l' | b's' | b'z')
+    if len >= 4
+        && bytes[len - 1] == bytes[len - 2]
+        && !matches!(bytes[len - 1], b'l' | b's' | b'z' | b'e')
     {
         return base[..len - 1].to_string();
     }
-    // A final silent "e" goes, as "-ed" and "-ing" took it ("staging" is
-    // "stag" + "ing"): else "stage files" misses `git_add`'s "staging
-    // area" and "create" misses "created". Not from a stem that would be
-    // left shorter than three letters ("use").
-    if len >= 4 && bytes[len - 1] == b'e' {
-        return base[..len - 1].to_string();
+    // The final "e" goes from a longer word ("create", "update", "change"),
+    // stays on a short one ("stage", "file"): "branches" and "matches"
+    // come to "branch" and "match" this way too.
+    if let Some(rest) = base.strip_suffix('e')
+        && rest.len() >= 3
+        && (measure(rest) > 1 || (measure(rest) == 1 && !ends_cvc(rest)))
+    {
+        return rest.to_string();
     }
     base
+}
+
+/// Which letters of a word are vowels: a, e, i, o, u, and y after a
+/// consonant ("type"). One pass, left to right: a query's word can be as
+/// long as its sender likes.
+fn vowels(word: &str) -> Vec<bool> {
+    let mut out: Vec<bool> = Vec::with_capacity(word.len());
+    for b in word.bytes() {
+        let vowel = match b {
+            b'a' | b'e' | b'i' | b'o' | b'u' => true,
+            b'y' => out.last().is_some_and(|before| !before),
+            _ => false,
+        };
+        out.push(vowel);
+    }
+    out
+}
+
+fn has_vowel(word: &str) -> bool {
+    vowels(word).contains(&true)
+}
+
+/// Porter's measure: how many times a vowel is followed by a consonant
+/// ("stag" 1, "creat" 2).
+fn measure(word: &str) -> usize {
+    vowels(word)
+        .windows(2)
+        .filter(|pair| pair[0] && !pair[1])
+        .count()
+}
+
+/// Whether a word ends consonant-vowel-consonant, the last not w, x or y
+/// ("stag", "not", but not "box").
+fn ends_cvc(word: &str) -> bool {
+    let v = vowels(word);
+    let n = v.len();
+    n >= 3 && !v[n - 3] && v[n - 2] && !v[n - 1] && !word.ends_with(['w', 'x', 'y'])
+}
+
+/// What "-ed" or "-ing" left, with the "e" they took put back where
+/// Porter puts it: "creat" → "create", "stag" → "stage"; a doubled last
+/// letter is left for [`stem`] to undo ("committ").
+fn restore_e(base: &str) -> String {
+    let short_cvc = measure(base) == 1 && ends_cvc(base);
+    if base.ends_with("at") || base.ends_with("bl") || base.ends_with("iz") || short_cvc {
+        format!("{base}e")
+    } else {
+        base.to_string()
+    }
 }
 
 /// Edit distance counting a swap of two neighbours as one edit (optimal
@@ -169,18 +228,32 @@ mod tests {
             ("committed", "commit"),
             ("committing", "commit"),
             ("entities", "entity"),
-            ("files", "fil"),
+            ("files", "file"),
             ("searches", "search"),
             ("status", "status"),
             ("process", "process"),
             ("listing", "list"),
             ("branches", "branch"),
-            ("time", "tim"),
-            ("zones", "zon"),
+            ("time", "time"),
+            ("zones", "zone"),
             ("use", "use"),
+            ("note", "note"),
+            ("state", "state"),
+            ("stats", "stat"),
+            ("strings", "string"),
+            ("tree", "tree"),
+            ("type", "type"),
+            ("types", "type"),
         ] {
             assert_eq!(stem(w), s, "{w}");
         }
+    }
+
+    /// A word of a hundred thousand letters is stemmed like any other.
+    #[test]
+    fn a_long_word_is_stemmed() {
+        let word = "y".repeat(100_000) + "ing";
+        assert!(stem(&word).starts_with("yyyy"));
     }
 
     /// A word and its "-s", "-ed" and "-ing" forms share a stem, whether or
@@ -197,6 +270,12 @@ mod tests {
             ["change", "changes", "changed", "changing"],
             ["commit", "commits", "committed", "committing"],
             ["list", "lists", "listed", "listing"],
+            ["note", "notes", "noted", "noting"],
+            ["agree", "agrees", "agreed", "agreeing"],
+            ["file", "files", "filed", "filing"],
+            ["delete", "deletes", "deleted", "deleting"],
+            ["cache", "caches", "cached", "caching"],
+            ["type", "types", "typed", "typing"],
         ] {
             let stems: Vec<String> = forms.iter().map(|w| stem(w)).collect();
             assert!(stems.iter().all(|s| *s == stems[0]), "{forms:?}: {stems:?}");
