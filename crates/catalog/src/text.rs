@@ -79,17 +79,18 @@ pub fn stem(word: &str) -> String {
     };
     // "-ed" and "-ing" only from a stem with a vowel ("string" stays).
     let verb = |suffix: &str| {
-        strip(suffix, 3)
-            .filter(|b| has_vowel(b))
-            .map(|b| restore_e(&b))
+        strip(suffix, 3).and_then(|b| {
+            let v = vowels(&b);
+            v.contains(&true).then(|| restore_e(&b, &v))
+        })
     };
     let base = strip("ies", 3)
         .map(|b| b + "y")
         .or_else(|| strip("sses", 2).map(|b| b + "ss"))
         .or_else(|| {
-            w.strip_suffix("eed")
-                .filter(|b| measure(b) > 0)
-                .map(|b| b.to_string() + "ee")
+            strip("eed", 1)
+                .filter(|b| measure(&vowels(b)) > 0)
+                .map(|b| b + "ee")
         })
         .or_else(|| verb("ing"))
         .or_else(|| verb("ed"))
@@ -115,9 +116,12 @@ pub fn stem(word: &str) -> String {
     // come to "branch" and "match" this way too.
     if let Some(rest) = base.strip_suffix('e')
         && rest.len() >= 3
-        && (measure(rest) > 1 || (measure(rest) == 1 && !ends_cvc(rest)))
     {
-        return rest.to_string();
+        let v = vowels(rest);
+        let m = measure(&v);
+        if m > 1 || (m == 1 && !ends_cvc(rest, &v)) {
+            return rest.to_string();
+        }
     }
     base
 }
@@ -138,23 +142,16 @@ fn vowels(word: &str) -> Vec<bool> {
     out
 }
 
-fn has_vowel(word: &str) -> bool {
-    vowels(word).contains(&true)
+/// Porter's measure of a word whose letters [`vowels`] classed: how many
+/// times a vowel is followed by a consonant ("stag" 1, "creat" 2).
+fn measure(vowels: &[bool]) -> usize {
+    vowels.windows(2).filter(|pair| pair[0] && !pair[1]).count()
 }
 
-/// Porter's measure: how many times a vowel is followed by a consonant
-/// ("stag" 1, "creat" 2).
-fn measure(word: &str) -> usize {
-    vowels(word)
-        .windows(2)
-        .filter(|pair| pair[0] && !pair[1])
-        .count()
-}
-
-/// Whether a word ends consonant-vowel-consonant, the last not w, x or y
-/// ("stag", "not", but not "box").
-fn ends_cvc(word: &str) -> bool {
-    let v = vowels(word);
+/// Whether a word (its letters classed by [`vowels`]) ends
+/// consonant-vowel-consonant, the last not w, x or y ("stag", "not", but
+/// not "box").
+fn ends_cvc(word: &str, v: &[bool]) -> bool {
     let n = v.len();
     n >= 3 && !v[n - 3] && v[n - 2] && !v[n - 1] && !word.ends_with(['w', 'x', 'y'])
 }
@@ -162,8 +159,8 @@ fn ends_cvc(word: &str) -> bool {
 /// What "-ed" or "-ing" left, with the "e" they took put back where
 /// Porter puts it: "creat" → "create", "stag" → "stage"; a doubled last
 /// letter is left for [`stem`] to undo ("committ").
-fn restore_e(base: &str) -> String {
-    let short_cvc = measure(base) == 1 && ends_cvc(base);
+fn restore_e(base: &str, vowels: &[bool]) -> String {
+    let short_cvc = measure(vowels) == 1 && ends_cvc(base, vowels);
     if base.ends_with("at") || base.ends_with("bl") || base.ends_with("iz") || short_cvc {
         format!("{base}e")
     } else {
