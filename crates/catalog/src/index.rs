@@ -348,7 +348,11 @@ impl Catalog {
         };
         let by_words_alone = closeness.is_none();
         let mut hits: Vec<Hit> = match &closeness {
-            Some(closeness) => blend(&lexical, closeness),
+            Some(closeness) => {
+                let tuning = crate::tuning::of(self.semantic.as_ref().map(|s| s.model));
+                let scale = self.words_scale(&lexical, &query_terms, tuning.words_floor);
+                blend(&lexical, closeness, scale)
+            }
             None => lexical
                 .iter()
                 .map(|(doc, score)| Hit {
@@ -757,6 +761,32 @@ impl Catalog {
     /// BM25 over the weighted fields, with misspelt and prefix matches of
     /// words that match nothing exactly, and words that the query splits in
     /// two ("read only", "file system") matched as one.
+    /// What the lexical scores are divided by before they are blended with
+    /// meaning: the best hit's score, or `floor` times the most the query's
+    /// words could score together (each word's IDF at a saturated term
+    /// frequency, BM25's bound), whichever is larger. With a floor, words
+    /// that explain only a small part of the query (the "created" of "when
+    /// was it created", meeting every tool named "create") weigh less than
+    /// words that explain it, instead of counting in full because no tool
+    /// matched better. Never zero.
+    fn words_scale(&self, lexical: &Scores, query_terms: &[String], floor: f32) -> f32 {
+        let best = lexical.values().fold(0f32, |m, s| m.max(*s));
+        let bound = if floor > 0.0 {
+            let n = self.entries.len() as f32;
+            let attainable: f32 = query_terms
+                .iter()
+                .map(|t| {
+                    let df = self.postings.get(t).map_or(0, Vec::len) as f32;
+                    idf(n, df) * (K1 + 1.0)
+                })
+                .sum();
+            floor * attainable
+        } else {
+            0.0
+        };
+        best.max(bound).max(f32::MIN_POSITIVE)
+    }
+
     fn lexical_scores(&self, query_terms: &[String]) -> Scores {
         let mut query_terms = query_terms.to_vec();
         let joined: Vec<String> = query_terms
@@ -793,8 +823,7 @@ impl Catalog {
                 let Some(docs) = self.postings.get(t) else {
                     continue;
                 };
-                let df = docs.len() as f32;
-                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                let idf = idf(n, docs.len() as f32);
                 for (doc, tf) in docs {
                     let len = self.lengths[*doc as usize];
                     let norm = tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / self.avg_length));
@@ -1002,6 +1031,12 @@ impl Catalog {
 }
 
 /// How far `value` is from `floor` to 1, from 0 to 1.
+/// BM25's inverse document frequency of a term in `df` of `n` entries
+/// (Lucene's form, never negative).
+fn idf(n: f32, df: f32) -> f32 {
+    ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+}
+
 fn above(value: f32, floor: f32) -> f32 {
     ((value - floor) / (1.0 - floor)).clamp(0.0, 1.0)
 }
@@ -1028,13 +1063,13 @@ fn same_name(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| fold(x) == fold(y))
 }
 
-/// The hybrid score: the lexical score scaled so the best hit has 1, with
+/// The hybrid score: the lexical score divided by `scale` (see
+/// [`Catalog::words_scale`]: the best hit then has 1 at most), with
 /// [`LEXICAL_SHARE`] of the weight, and the closeness of meaning (the
 /// tool's cosine plus [`SERVER_WEIGHT`] of its server's) with the rest. An
 /// entry with no word in common is kept when its own cosine reaches
 /// [`MIN_COSINE`]: a close server alone does not make a tool a hit.
-fn blend(lexical: &Scores, closeness: &Closeness) -> Vec<Hit> {
-    let best = lexical.values().fold(0f32, |m, s| m.max(*s));
+fn blend(lexical: &Scores, closeness: &Closeness, scale: f32) -> Vec<Hit> {
     // Each entry's lexical score by its place (NaN for none): a hash lookup
     // per entry of a large catalog cost more than the cosines.
     let mut by_index = vec![f32::NAN; closeness.own.len()];
@@ -1052,7 +1087,7 @@ fn blend(lexical: &Scores, closeness: &Closeness) -> Vec<Hit> {
         .enumerate()
     {
         let lex = if !score.is_nan() {
-            score / best.max(f32::MIN_POSITIVE)
+            score / scale
         } else if *cosine < MIN_COSINE {
             continue;
         } else {
@@ -1279,6 +1314,34 @@ mod tests {
         ]);
         assert_eq!(top(&c, "read a file"), "read_text_file");
         assert_eq!(top(&c, "deprecated read file"), "read_file");
+    }
+
+    /// With a floor, words that explain little of a query are scaled by
+    /// what the whole query could score, not by the best of these weak
+    /// matches: they weigh less beside meaning. Words that explain the
+    /// query keep their full weight, floor or not.
+    #[test]
+    fn words_that_explain_little_of_a_query_weigh_less() {
+        let c = catalog();
+        let scale = |q: &str, floor: f32| {
+            let terms = terms(q);
+            let lexical = c.lexical_scores(&terms);
+            let best = lexical.values().fold(0f32, |m, s| m.max(*s));
+            (best, c.words_scale(&lexical, &terms, floor))
+        };
+        // "commit" is the only word of the query a tool has (two have it).
+        let (best, weak) = scale("how big was that commit from yesterday's audit", 0.3);
+        assert!(best > 0.0);
+        assert!(weak > 2.0 * best, "best {best}, scale {weak}");
+        let (_, without) = scale("how big was that commit from yesterday's audit", 0.0);
+        assert_eq!(without, best);
+        // A query in a tool's own words: the best hit scores more than the
+        // floor's share of the bound, so it still counts in full.
+        let (best, full) = scale("shows the commit logs", 0.3);
+        assert_eq!(full, best);
+        // Nothing in common: never a division by zero.
+        let (_, none) = scale("zebra", 0.3);
+        assert!(none > 0.0);
     }
 
     /// server-filesystem's own descriptions: the stemmer makes "file" and
