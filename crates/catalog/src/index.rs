@@ -25,8 +25,8 @@ const EFFECT_WEIGHT: f32 = 0.5;
 /// The server's instructions are shared by all its tools: they tell a
 /// server apart, hardly a tool.
 const INSTRUCTIONS_WEIGHT: f32 = 0.1;
-/// In hybrid ranking, the share of the lexical score (scaled so the best
-/// hit has 1) beside the closeness of meaning. Small: a need in other words
+/// In hybrid ranking, the share of the lexical score (divided by
+/// `Catalog::words_scale`: the best hit has 1 at most) beside the closeness of meaning. Small: a need in other words
 /// shares incidental words ("log" in a file path) with the wrong tools, and
 /// on the evaluation set a larger share lost more than it won (0.3: top-3
 /// 44%, 0.1: 60%); it still breaks ties toward a tool the query names.
@@ -370,7 +370,7 @@ impl Catalog {
             }
         }
         let learned = learning.map_or_else(Vec::new, |l| {
-            self.learned_boosts(query, l, closeness.as_ref(), &lexical)
+            self.learned_boosts(query, l, closeness.as_ref())
         });
         let (mut kept_by_words, mut kept_as_first) = (None, None);
         if !learned.is_empty() {
@@ -583,7 +583,6 @@ impl Catalog {
         query: &str,
         learning: Learning<'_>,
         closeness: Option<&Closeness>,
-        lexical: &Scores,
     ) -> Vec<(usize, f32, usize)> {
         let words = name_words(query);
         let terms = term_set(&words);
@@ -677,7 +676,7 @@ impl Catalog {
             let toward: Vec<f32> = (0..tools)
                 .map(|t| prepared.query_dot(t, &toward, toward_all))
                 .collect();
-            self.shifted(prepared, &places, &toward, learning.now, closeness, lexical)
+            self.shifted(prepared, &places, &toward, learning.now, closeness)
         });
         let mut changes = Vec::new();
         for (t, place) in places.iter().enumerate() {
@@ -724,13 +723,11 @@ impl Catalog {
         toward: &[f32],
         now: u64,
         closeness: &Closeness,
-        lexical: &Scores,
     ) -> Vec<f32> {
         let Some(semantic) = self.semantic.as_ref() else {
             return Vec::new();
         };
         let shift = crate::tuning::of(Some(semantic.model)).shift;
-        let best = lexical.values().fold(0f32, |m, s| m.max(*s));
         let change =
             |used: &crate::prepared::UsedTool, place: &Option<(usize, f32)>, query_dot: f32| {
                 let (index, vector_dot) = (*place)?;
@@ -744,10 +741,9 @@ impl Catalog {
                     return None;
                 }
                 let cosine = (own + k * query_dot) * (length2 / moved2).sqrt();
-                let lex = lexical
-                    .get(&(index as u32))
-                    .map_or(0.0, |s| s / best.max(f32::MIN_POSITIVE));
-                Some(blended(lex, cosine, server) - blended(lex, own, server))
+                // The words' share is the same before and after the move:
+                // only the meaning changes the score.
+                Some(blended(0.0, cosine, server) - blended(0.0, own, server))
             };
         prepared
             .tools
@@ -758,13 +754,11 @@ impl Catalog {
             .collect()
     }
 
-    /// BM25 over the weighted fields, with misspelt and prefix matches of
-    /// words that match nothing exactly, and words that the query splits in
-    /// two ("read only", "file system") matched as one.
     /// What the lexical scores are divided by before they are blended with
-    /// meaning: the best hit's score, or `floor` times the most the query's
-    /// words could score together (each word's IDF at a saturated term
-    /// frequency, BM25's bound), whichever is larger. With a floor, words
+    /// meaning: the best hit's score, or `floor` times BM25's bound on the
+    /// query's own words (each word's IDF at a saturated term frequency;
+    /// joined pairs and prefix matches may score above it, which the best
+    /// hit then covers), whichever is larger. With a floor, words
     /// that explain only a small part of the query (the "created" of "when
     /// was it created", meeting every tool named "create") weigh less than
     /// words that explain it, instead of counting in full because no tool
@@ -787,6 +781,9 @@ impl Catalog {
         best.max(bound).max(f32::MIN_POSITIVE)
     }
 
+    /// BM25 over the weighted fields, with misspelt and prefix matches of
+    /// words that match nothing exactly, and words that the query splits in
+    /// two ("read only", "file system") matched as one.
     fn lexical_scores(&self, query_terms: &[String]) -> Scores {
         let mut query_terms = query_terms.to_vec();
         let joined: Vec<String> = query_terms
@@ -1030,13 +1027,13 @@ impl Catalog {
     }
 }
 
-/// How far `value` is from `floor` to 1, from 0 to 1.
 /// BM25's inverse document frequency of a term in `df` of `n` entries
 /// (Lucene's form, never negative).
 fn idf(n: f32, df: f32) -> f32 {
     ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
 }
 
+/// How far `value` is from `floor` to 1, from 0 to 1.
 fn above(value: f32, floor: f32) -> f32 {
     ((value - floor) / (1.0 - floor)).clamp(0.0, 1.0)
 }
@@ -1329,11 +1326,13 @@ mod tests {
             let best = lexical.values().fold(0f32, |m, s| m.max(*s));
             (best, c.words_scale(&lexical, &terms, floor))
         };
-        // "commit" is the only word of the query a tool has (two have it).
-        let (best, weak) = scale("how big was that commit from yesterday's audit", 0.3);
+        // "commit" is the only word of the query a tool has (two have it);
+        // the others, which no tool has, count at the largest IDF in the
+        // bound.
+        let (best, weak) = scale("how large was that commit from yesterday's audit", 0.3);
         assert!(best > 0.0);
         assert!(weak > 2.0 * best, "best {best}, scale {weak}");
-        let (_, without) = scale("how big was that commit from yesterday's audit", 0.0);
+        let (_, without) = scale("how large was that commit from yesterday's audit", 0.0);
         assert_eq!(without, best);
         // A query in a tool's own words: the best hit scores more than the
         // floor's share of the bound, so it still counts in full.
