@@ -55,6 +55,15 @@ def test_config_is_found_in_the_current_directory(tmp_path: Path, data_dir: Path
     assert "current directory" in config["detail"]
 
 
+def test_doctor_names_the_opt_in_transformer_while_the_built_in_model_ranks(tmp_path: Path, data_dir: Path):
+    (tmp_path / "mcp_config.json").write_text(json.dumps({"mcpServers": {}}))
+    out = run_cli("--data-dir", str(data_dir), "doctor", "--json", cwd=tmp_path)
+    search = next(c for c in json.loads(out.stdout)["checks"] if c["check"] == "search")
+    assert search["status"] == "ok", search
+    assert "by words and meaning (model minilm-l6-v2-static-" in search["detail"], search
+    assert "tools transformer DIR" in search["detail"], search
+
+
 def test_config_from_environment_variable(tmp_path: Path, data_dir: Path):
     cfg = tmp_path / "elsewhere.json"
     cfg.write_text("{}")

