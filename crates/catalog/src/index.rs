@@ -7,7 +7,7 @@ use crate::entry::Entry;
 use crate::fields::{effect_words, parameters};
 use crate::learned::{Learned, term_set};
 use crate::semantic::{Closeness, Semantic};
-use crate::text::{edit_distance, name_words, split_words, stem, terms};
+use crate::text::{edit_distance, is_stop, name_words, split_words, stem, terms};
 
 /// Scores by entry number: a search fills and reads thousands (a fast
 /// hash for numbers, not the default one that resists flooding: the keys
@@ -149,6 +149,10 @@ pub struct Catalog {
     /// Entries by their name's word set (see [`word_set`]): a query made of
     /// those words names the tool.
     by_name_words: HashMap<String, Vec<u32>>,
+    /// A name of two words or more written as one (`gitlog`,
+    /// `readtextfile`) -> those words: a query word that is one stands for
+    /// them.
+    joined_names: HashMap<String, Vec<String>>,
     /// Each entry's server's word set, which a query may add to the name's.
     category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
@@ -221,7 +225,12 @@ impl Catalog {
             .collect();
         let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
         let mut by_name_words: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut joined_names: HashMap<String, Vec<String>> = HashMap::new();
         for (i, entry) in entries.iter().enumerate() {
+            let written = split_words(&entry.name);
+            if written.len() >= 2 {
+                joined_names.entry(written.concat()).or_insert(written);
+            }
             let words = word_set(&entry.name);
             if !words.is_empty() {
                 by_name_words
@@ -258,6 +267,7 @@ impl Catalog {
             deprecated,
             exact_names,
             by_name_words,
+            joined_names,
             by_qualified,
             category_words,
             semantic: None,
@@ -900,7 +910,10 @@ impl Catalog {
     /// any order, case or separator, with its server's words or not (`git
     /// log`, `log git`, `Git-Log`, `filesystem read text file`); of those,
     /// the ones whose names hold most of the query's words, deprecated
-    /// tools aside.
+    /// tools aside. When neither names anything, the tools whose name words
+    /// stand together among the query's other words (`run git log for me`,
+    /// see [`Catalog::named_by_phrase`]). Tools named alike keep the order
+    /// they had.
     fn put_named_first(
         &self,
         hits: &mut Vec<Hit>,
@@ -927,15 +940,31 @@ impl Catalog {
             .filter(in_category)
             .filter(|i| !whole.contains(i) && !self.deprecated[*i])
             .collect();
+        // Only when nothing is named outright: "show git log" holds both
+        // `git_show`'s words and `git_log`'s, and names neither more.
+        let by_phrase: Vec<usize> = if whole.is_empty() && by_words.is_empty() {
+            self.named_by_phrase(query)
+                .into_iter()
+                .filter(in_category)
+                .filter(|i| !self.deprecated[*i])
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut named = Vec::new();
         let top = hits.iter().fold(0f32, |m, h| m.max(h.score));
         for (these, score, how) in [
             (whole, top * 2.0 + 2.0, "its whole name"),
             (by_words, top * 2.0 + 1.0, "its name words"),
+            (by_phrase, top * 2.0 + 0.5, "its name words, among others"),
         ] {
             for index in these {
                 match hits.iter_mut().find(|h| h.index == index) {
-                    Some(hit) => hit.score = score,
+                    // Several tools named alike keep the order they had.
+                    Some(hit) => {
+                        let before = (hit.score / top.max(f32::MIN_POSITIVE)).clamp(0.0, 1.0);
+                        hit.score = score + 0.25 * before;
+                    }
                     None => hits.push(Hit { index, score }),
                 }
                 named.push((index, how));
@@ -950,7 +979,7 @@ impl Catalog {
     /// of more than [`MAX_NAMING_WORDS`] words names nothing), so it costs
     /// the same over ten tools or ten thousand.
     fn named_by_words(&self, query: &str) -> Vec<usize> {
-        let words = word_set(query);
+        let words = term_set(&self.naming_words(query));
         if words.is_empty() || words.len() > MAX_NAMING_WORDS {
             return Vec::new();
         }
@@ -980,6 +1009,88 @@ impl Catalog {
                         best.clear();
                     }
                     best.push(index as usize);
+                }
+            }
+        }
+        best
+    }
+
+    /// The query's words (lowercase, stop words kept), a word that is a
+    /// name of several words written as one (`gitlog`) taken as those words
+    /// unless the catalog knows it as a word of its own.
+    fn naming_words(&self, query: &str) -> Vec<String> {
+        split_words(query)
+            .into_iter()
+            .flat_map(|word| self.unjoined(word))
+            .collect()
+    }
+
+    /// `word`, or the name words it joins (`gitlog`: git, log).
+    fn unjoined(&self, word: String) -> Vec<String> {
+        match self.joined_names.get(&word) {
+            Some(parts) if !self.postings.contains_key(&stem(&word)) => parts.clone(),
+            _ => vec![word],
+        }
+    }
+
+    /// The tools whose name words, two or more, stand together in `query`
+    /// among other words (`run git log`, `git log for ~/proj`, `kubectl
+    /// get pods`, `call API-create-a-comment`): a run of the query's words
+    /// made of one tool's name words and nothing else. A stop word written
+    /// apart ends a run ("create a branch in my local clone" names no
+    /// `create_branch`: it describes), one inside a written name
+    /// (`create-a-comment`) does not. Of the tools named, those with the
+    /// longest names. Name words apart from each other ("list" and
+    /// "commits" in "list the five latest commits") name nothing: a
+    /// description shares words with names by chance, not whole runs of
+    /// them.
+    fn named_by_phrase(&self, query: &str) -> Vec<usize> {
+        // Each word's stem; None where a run must end (a stop word on its
+        // own, or a word no name has).
+        let mut stems: Vec<Option<String>> = Vec::new();
+        for chunk in query.split_whitespace() {
+            let words: Vec<String> = split_words(chunk)
+                .into_iter()
+                .flat_map(|word| self.unjoined(word))
+                .collect();
+            if words.iter().all(|w| is_stop(w)) {
+                stems.push(None);
+                continue;
+            }
+            stems.extend(
+                words
+                    .iter()
+                    .filter(|w| !is_stop(w))
+                    .map(|w| Some(stem(w)).filter(|t| self.name_terms.binary_search(t).is_ok())),
+            );
+        }
+        let mut best: Vec<usize> = Vec::new();
+        let mut most = 1;
+        for start in 0..stems.len() {
+            let mut run: Vec<&str> = Vec::new();
+            for stem in stems[start..].iter().map_while(Option::as_ref) {
+                if !run.contains(&stem.as_str()) {
+                    run.push(stem);
+                }
+                if run.len() > MAX_NAMING_WORDS {
+                    break;
+                }
+                if run.len() < most {
+                    continue;
+                }
+                let mut key = run.clone();
+                key.sort_unstable();
+                let Some(entries) = self.by_name_words.get(&key.join(" ")) else {
+                    continue;
+                };
+                if run.len() > most {
+                    most = run.len();
+                    best.clear();
+                }
+                for &index in entries {
+                    if !best.contains(&(index as usize)) {
+                        best.push(index as usize);
+                    }
                 }
             }
         }
@@ -1234,6 +1345,51 @@ mod tests {
                 .iter()
                 .all(|h| c.entries()[h.index].category == "k8s")
         );
+    }
+
+    /// Name words standing together among other words name their tool,
+    /// ahead of what meaning or words alone rank first; a name written as
+    /// one word is its words. Name words apart, or a stop word written
+    /// between them, name nothing.
+    #[test]
+    fn a_tools_name_words_among_other_words_name_it() {
+        let c = Catalog::new(vec![
+            entry(
+                "git",
+                "git_branch",
+                "List git log branches and the log of each run",
+            ),
+            entry("git", "git_log", "Shows the commit logs"),
+            entry("k8s", "kubectl_get", "Get or list kubectl resources"),
+            entry("k8s", "kubectl_get_logs", "Get kubectl logs of a pod"),
+            entry("fs", "read_text_file", "Read a file as text"),
+            entry("docs", "note_book", "Keeps a notebook"),
+        ]);
+        for q in [
+            "run git log for me",
+            "git log on ~/proj please",
+            "gitlog",
+            "please run gitlog",
+            "what does Git-Log say about branches",
+        ] {
+            assert_eq!(top(&c, q), "git_log", "{q}");
+        }
+        assert_eq!(top(&c, "kubectl get pods"), "kubectl_get");
+        assert_eq!(top(&c, "kubectl get logs of pod web-1"), "kubectl_get_logs");
+        assert_eq!(top(&c, "read text file quickly"), "read_text_file");
+        assert!(c.named_by_words("read text file quickly").is_empty());
+        assert_eq!(c.named_by_phrase("read text file quickly"), vec![4]);
+        // Apart, or with a stop word written between: a description.
+        assert!(c.named_by_phrase("read a text file quickly").is_empty());
+        assert!(
+            c.named_by_phrase("list the log of each branch in git")
+                .is_empty()
+        );
+        // One name word is a word.
+        assert!(c.named_by_phrase("show the log please").is_empty());
+        // A word the catalog has is not taken apart.
+        assert!(c.named_by_phrase("open my notebook today").is_empty());
+        assert_eq!(c.named_by_phrase("open my note book today"), vec![5]);
     }
 
     #[test]
