@@ -1068,7 +1068,11 @@ impl Catalog {
         let mut most = 1;
         for start in 0..stems.len() {
             let mut run: Vec<&str> = Vec::new();
-            for stem in stems[start..].iter().map_while(Option::as_ref) {
+            // A written name holds each of its words at most twice or so
+            // (`git.git_log`): a longer run names nothing more, and a query
+            // of a thousand name words must not cost a thousand squared.
+            let window = stems[start..].iter().take(2 * MAX_NAMING_WORDS);
+            for stem in window.map_while(Option::as_ref) {
                 if !run.contains(&stem.as_str()) {
                     run.push(stem);
                 }
@@ -1390,6 +1394,9 @@ mod tests {
         // A word the catalog has is not taken apart.
         assert!(c.named_by_phrase("open my notebook today").is_empty());
         assert_eq!(c.named_by_phrase("open my note book today"), vec![5]);
+        // A query of many name words costs a window per word, not more.
+        let long = "git log ".repeat(400);
+        assert_eq!(c.named_by_phrase(&long), vec![1]);
     }
 
     #[test]
