@@ -153,6 +153,12 @@ pub struct Catalog {
     /// `readtextfile`) -> those words: a query word that is one stands for
     /// them.
     joined_names: HashMap<String, Vec<String>>,
+    /// Names that hold a stop word (`list_directory_with_sizes`), by their
+    /// words in order, name words stemmed (`list directori with size`): a
+    /// query that writes them so names them (`named_by_phrase`).
+    written_names: HashMap<String, Vec<u32>>,
+    /// The stop words such names hold.
+    name_stops: Vec<String>,
     /// Each entry's server's word set, which a query may add to the name's.
     category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
@@ -226,8 +232,25 @@ impl Catalog {
         let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
         let mut by_name_words: HashMap<String, Vec<u32>> = HashMap::new();
         let mut joined_names: HashMap<String, Vec<String>> = HashMap::new();
+        let mut written_names: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut name_stops: Vec<String> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let written = split_words(&entry.name);
+            if written.iter().any(|w| is_stop(w)) {
+                let key: Vec<String> = written
+                    .iter()
+                    .map(|w| if is_stop(w) { w.clone() } else { stem(w) })
+                    .collect();
+                written_names
+                    .entry(key.join(" "))
+                    .or_default()
+                    .push(i as u32);
+                for stop in written.iter().filter(|w| is_stop(w)) {
+                    if !name_stops.contains(stop) {
+                        name_stops.push(stop.clone());
+                    }
+                }
+            }
             if written.len() >= 2 {
                 joined_names.entry(written.concat()).or_insert(written);
             }
@@ -268,6 +291,8 @@ impl Catalog {
             exact_names,
             by_name_words,
             joined_names,
+            written_names,
+            name_stops,
             by_qualified,
             category_words,
             semantic: None,
@@ -1036,55 +1061,64 @@ impl Catalog {
     /// The tools whose name words, two or more, stand together in `query`
     /// among other words (`run git log`, `git log for ~/proj`, `kubectl
     /// get pods`, `call API-create-a-comment`): a run of the query's words
-    /// made of one tool's name words and nothing else. A stop word written
-    /// apart ends a run ("create a branch in my local clone" names no
-    /// `create_branch`: it describes), one inside a written name
-    /// (`create-a-comment`) does not. Of the tools named, those with the
-    /// longest names. Name words apart from each other ("list" and
-    /// "commits" in "list the five latest commits") name nothing: a
-    /// description shares words with names by chance, not whole runs of
-    /// them.
+    /// made of one tool's name words and nothing else, in any order. A stop
+    /// word written apart ends a run ("create a branch in my local clone"
+    /// names no `create_branch`: it describes), unless the run is a name
+    /// that holds it, word for word in its order (`list directory with
+    /// sizes`); one inside a written name (`create-a-comment`) does not.
+    /// Of the tools named, those with the longest names. Name words apart
+    /// from each other ("list" and "commits" in "list the five latest
+    /// commits") name nothing: a description shares words with names by
+    /// chance, not whole runs of them.
     fn named_by_phrase(&self, query: &str) -> Vec<usize> {
-        // Each word's stem; None where a run must end (a stop word on its
-        // own, or a word no name has).
-        let mut stems: Vec<Option<String>> = Vec::new();
-        for chunk in query.split_whitespace() {
-            let words: Vec<String> = split_words(chunk)
-                .into_iter()
-                .flat_map(|word| self.unjoined(word))
-                .collect();
-            if words.iter().all(|w| is_stop(w)) {
-                stems.push(None);
-                continue;
-            }
-            stems.extend(
-                words
-                    .iter()
-                    .filter(|w| !is_stop(w))
-                    .map(|w| Some(stem(w)).filter(|t| self.name_terms.binary_search(t).is_ok())),
-            );
-        }
+        let words = self.phrase_words(query);
         let mut best: Vec<usize> = Vec::new();
         let mut most = 1;
-        for start in 0..stems.len() {
+        for start in 0..words.len() {
+            if !matches!(words[start], PhraseWord::Name(_)) {
+                continue;
+            }
+            // The run's name words as a set, and as written, in order.
             let mut run: Vec<&str> = Vec::new();
+            let mut written: Vec<&str> = Vec::new();
+            let mut stops = false;
             // A written name holds each of its words at most twice or so
             // (`git.git_log`): a longer run names nothing more, and a query
             // of a thousand name words must not cost a thousand squared.
-            let window = stems[start..].iter().take(2 * MAX_NAMING_WORDS);
-            for stem in window.map_while(Option::as_ref) {
-                if !run.contains(&stem.as_str()) {
-                    run.push(stem);
+            for word in words[start..].iter().take(2 * MAX_NAMING_WORDS) {
+                let term = match word {
+                    PhraseWord::End => break,
+                    PhraseWord::Stop(stop) => {
+                        // A run goes on over a stop word only toward a name
+                        // that holds it.
+                        if !self.name_stops.iter().any(|s| s == stop) {
+                            break;
+                        }
+                        written.push(stop);
+                        stops = true;
+                        continue;
+                    }
+                    PhraseWord::Name(term) => term.as_str(),
+                };
+                written.push(term);
+                if !run.contains(&term) {
+                    run.push(term);
                 }
                 if run.len() > MAX_NAMING_WORDS {
                     break;
                 }
-                if run.len() < most {
+                // One name word is a word, not a name.
+                if run.len() < most.max(2) {
                     continue;
                 }
-                let mut key = run.clone();
-                key.sort_unstable();
-                let Some(entries) = self.by_name_words.get(&key.join(" ")) else {
+                let entries = if stops {
+                    self.written_names.get(&written.join(" "))
+                } else {
+                    let mut key = run.clone();
+                    key.sort_unstable();
+                    self.by_name_words.get(&key.join(" "))
+                };
+                let Some(entries) = entries else {
                     continue;
                 };
                 if run.len() > most {
@@ -1099,6 +1133,33 @@ impl Catalog {
             }
         }
         best
+    }
+
+    /// The query's words as [`Catalog::named_by_phrase`] reads them: each a
+    /// name word's stem, a stop word written apart, or the end of a run (a
+    /// word no name has). Stop words inside a written name
+    /// (`create-a-comment`) are left out.
+    fn phrase_words(&self, query: &str) -> Vec<PhraseWord> {
+        let mut out = Vec::new();
+        for chunk in query.split_whitespace() {
+            let words: Vec<String> = split_words(chunk)
+                .into_iter()
+                .flat_map(|word| self.unjoined(word))
+                .collect();
+            if words.iter().all(|w| is_stop(w)) {
+                out.extend(words.into_iter().map(PhraseWord::Stop));
+                continue;
+            }
+            for word in words.iter().filter(|w| !is_stop(w)) {
+                let term = stem(word);
+                out.push(if self.name_terms.binary_search(&term).is_ok() {
+                    PhraseWord::Name(term)
+                } else {
+                    PhraseWord::End
+                });
+            }
+        }
+        out
     }
 
     /// Finds an entry by `name`, `category.name` or `category__name`, with
@@ -1140,6 +1201,16 @@ impl Catalog {
         }
         found
     }
+}
+
+/// A word of a query as [`Catalog::named_by_phrase`] reads it.
+enum PhraseWord {
+    /// A word of some tool's name: its stem.
+    Name(String),
+    /// A stop word written on its own.
+    Stop(String),
+    /// A word of no name: a run ends here.
+    End,
 }
 
 /// BM25's inverse document frequency of a term in `df` of `n` entries
@@ -1368,6 +1439,13 @@ mod tests {
             entry("k8s", "kubectl_get_logs", "Get kubectl logs of a pod"),
             entry("fs", "read_text_file", "Read a file as text"),
             entry("docs", "note_book", "Keeps a notebook"),
+            entry("other", "log", "Write a log line"),
+            entry("fs", "list_directory", "List a directory"),
+            entry(
+                "fs",
+                "list_directory_with_sizes",
+                "List a directory with sizes",
+            ),
         ]);
         for q in [
             "run git log for me",
@@ -1389,8 +1467,14 @@ mod tests {
             c.named_by_phrase("list the log of each branch in git")
                 .is_empty()
         );
-        // One name word is a word.
+        // One name word is a word, even a tool's whole name.
         assert!(c.named_by_phrase("show the log please").is_empty());
+        // A name's own stop word, written apart in its place, is part of it.
+        assert_eq!(
+            top(&c, "run list directory with sizes for me"),
+            "list_directory_with_sizes"
+        );
+        assert_eq!(c.named_by_phrase("list directory for me"), vec![7]);
         // A word the catalog has is not taken apart.
         assert!(c.named_by_phrase("open my notebook today").is_empty());
         assert_eq!(c.named_by_phrase("open my note book today"), vec![5]);
