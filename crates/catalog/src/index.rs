@@ -7,7 +7,7 @@ use crate::entry::Entry;
 use crate::fields::{effect_words, parameters};
 use crate::learned::{Learned, term_set};
 use crate::semantic::{Closeness, Semantic};
-use crate::text::{edit_distance, is_stop, name_words, split_words, stem, terms};
+use crate::text::{edit_distance, name_words, split_words, stem, terms};
 
 /// Scores by entry number: a search fills and reads thousands (a fast
 /// hash for numbers, not the default one that resists flooding: the keys
@@ -153,12 +153,6 @@ pub struct Catalog {
     /// `readtextfile`) -> those words: a query word that is one stands for
     /// them.
     joined_names: HashMap<String, Vec<String>>,
-    /// Names that hold a stop word (`list_directory_with_sizes`), by their
-    /// words in order, name words stemmed (`list directori with size`): a
-    /// query that writes them so names them (`named_by_phrase`).
-    written_names: HashMap<String, Vec<u32>>,
-    /// The stop words such names hold.
-    name_stops: Vec<String>,
     /// Each entry's server's word set, which a query may add to the name's.
     category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
@@ -232,25 +226,8 @@ impl Catalog {
         let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
         let mut by_name_words: HashMap<String, Vec<u32>> = HashMap::new();
         let mut joined_names: HashMap<String, Vec<String>> = HashMap::new();
-        let mut written_names: HashMap<String, Vec<u32>> = HashMap::new();
-        let mut name_stops: Vec<String> = Vec::new();
         for (i, entry) in entries.iter().enumerate() {
             let written = split_words(&entry.name);
-            if written.iter().any(|w| is_stop(w)) {
-                let key: Vec<String> = written
-                    .iter()
-                    .map(|w| if is_stop(w) { w.clone() } else { stem(w) })
-                    .collect();
-                written_names
-                    .entry(key.join(" "))
-                    .or_default()
-                    .push(i as u32);
-                for stop in written.iter().filter(|w| is_stop(w)) {
-                    if !name_stops.contains(stop) {
-                        name_stops.push(stop.clone());
-                    }
-                }
-            }
             if written.len() >= 2 {
                 joined_names.entry(written.concat()).or_insert(written);
             }
@@ -291,8 +268,6 @@ impl Catalog {
             exact_names,
             by_name_words,
             joined_names,
-            written_names,
-            name_stops,
             by_qualified,
             category_words,
             semantic: None,
@@ -935,10 +910,10 @@ impl Catalog {
     /// any order, case or separator, with its server's words or not (`git
     /// log`, `log git`, `Git-Log`, `filesystem read text file`); of those,
     /// the ones whose names hold most of the query's words, deprecated
-    /// tools aside. When neither names anything, the tools whose name words
-    /// stand together among the query's other words (`run git log for me`,
-    /// see [`Catalog::named_by_phrase`]). Tools named alike keep the order
-    /// they had.
+    /// tools aside. When neither names anything, the tools whose name the
+    /// query writes as a name among other words (`run git_log for me`, see
+    /// [`Catalog::named_in_query`]). Tools named alike keep the order they
+    /// had.
     fn put_named_first(
         &self,
         hits: &mut Vec<Hit>,
@@ -965,14 +940,9 @@ impl Catalog {
             .filter(in_category)
             .filter(|i| !whole.contains(i) && !self.deprecated[*i])
             .collect();
-        // Only when nothing is named outright: "show git log" holds both
-        // `git_show`'s words and `git_log`'s, and names neither more.
-        let by_phrase: Vec<usize> = if whole.is_empty() && by_words.is_empty() {
-            self.named_by_phrase(query)
-                .into_iter()
-                .filter(in_category)
-                .filter(|i| !self.deprecated[*i])
-                .collect()
+        // Only when nothing is named outright.
+        let among_others: Vec<usize> = if whole.is_empty() && by_words.is_empty() {
+            self.named_in_query(query, |i| in_category(&i) && !self.deprecated[i])
         } else {
             Vec::new()
         };
@@ -981,7 +951,7 @@ impl Catalog {
         for (these, score, how) in [
             (whole, top * 2.0 + 2.0, "its whole name"),
             (by_words, top * 2.0 + 1.0, "its name words"),
-            (by_phrase, top * 2.0 + 0.5, "its name words, among others"),
+            (among_others, top * 2.0 + 0.5, "its name, among other words"),
         ] {
             for index in these {
                 match hits.iter_mut().find(|h| h.index == index) {
@@ -1058,108 +1028,58 @@ impl Catalog {
         }
     }
 
-    /// The tools whose name words, two or more, stand together in `query`
-    /// among other words (`run git log`, `git log for ~/proj`, `kubectl
-    /// get pods`, `call API-create-a-comment`): a run of the query's words
-    /// made of one tool's name words and nothing else, in any order. A stop
-    /// word written apart ends a run ("create a branch in my local clone"
-    /// names no `create_branch`: it describes), unless the run is a name
-    /// that holds it, word for word in its order (`list directory with
-    /// sizes`); one inside a written name (`create-a-comment`) does not.
-    /// Of the tools named, those with the longest names. Name words apart
-    /// from each other ("list" and "commits" in "list the five latest
-    /// commits") name nothing: a description shares words with names by
-    /// chance, not whole runs of them.
-    fn named_by_phrase(&self, query: &str) -> Vec<usize> {
-        let words = self.phrase_words(query);
+    /// The tools whose name the query writes as a name among other words:
+    /// one of its words, punctuation around it aside, made of two name
+    /// words or more joined by `_`, `-`, `.` or case (`run git_log for me`,
+    /// `use GitLog on ~/proj`, `call API-create-a-comment`, `gitlog`,
+    /// `git.git_log with max_count 5`), that would name the tool as a whole
+    /// query ([`Catalog::named_by_words`]); of those, the tools with the
+    /// longest names that `keep` lets through. The same words written apart
+    /// name nothing among others: "list commits in my local repo", "undo
+    /// the last git commit" and "create table in excel" describe a need, and
+    /// share two words with a tool's name by chance. A word of a path
+    /// (`~/git/log`) is no name.
+    fn named_in_query(&self, query: &str, keep: impl Fn(usize) -> bool) -> Vec<usize> {
         let mut best: Vec<usize> = Vec::new();
-        let mut most = 1;
-        for start in 0..words.len() {
-            if !matches!(words[start], PhraseWord::Name(_)) {
+        let mut most = 2;
+        for word in query.split_whitespace() {
+            let word = word.trim_matches(|c: char| !c.is_alphanumeric());
+            // Most words of a query are plain words: nothing to split.
+            let plain = word
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+            if plain && !self.joined_names.contains_key(word) {
                 continue;
             }
-            // The run's name words as a set, and as written, in order.
-            let mut run: Vec<&str> = Vec::new();
-            let mut written: Vec<&str> = Vec::new();
-            let mut stops = false;
-            // A written name holds each of its words at most twice or so
-            // (`git.git_log`): a longer run names nothing more, and a query
-            // of a thousand name words must not cost a thousand squared.
-            for word in words[start..].iter().take(2 * MAX_NAMING_WORDS) {
-                let term = match word {
-                    PhraseWord::End => break,
-                    PhraseWord::Stop(stop) => {
-                        // A run goes on over a stop word only toward a name
-                        // that holds it.
-                        if !self.name_stops.iter().any(|s| s == stop) {
-                            break;
-                        }
-                        written.push(stop);
-                        stops = true;
-                        continue;
-                    }
-                    PhraseWord::Name(term) => term.as_str(),
-                };
-                written.push(term);
-                if !run.contains(&term) {
-                    run.push(term);
-                }
-                if run.len() > MAX_NAMING_WORDS {
-                    break;
-                }
-                // One name word is a word, not a name.
-                if run.len() < most.max(2) {
-                    continue;
-                }
-                let entries = if stops {
-                    self.written_names.get(&written.join(" "))
-                } else {
-                    let mut key = run.clone();
-                    key.sort_unstable();
-                    self.by_name_words.get(&key.join(" "))
-                };
-                let Some(entries) = entries else {
-                    continue;
-                };
-                if run.len() > most {
-                    most = run.len();
-                    best.clear();
-                }
-                for &index in entries {
-                    if !best.contains(&(index as usize)) {
-                        best.push(index as usize);
-                    }
+            if !word
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            {
+                continue;
+            }
+            let length = term_set(&self.naming_words(word)).len();
+            if length < most {
+                continue;
+            }
+            let named: Vec<usize> = self
+                .named_by_words(word)
+                .into_iter()
+                .filter(|i| keep(*i))
+                .collect();
+            if named.is_empty() {
+                continue;
+            }
+            if length > most {
+                most = length;
+                best.clear();
+            }
+            for index in named {
+                if !best.contains(&index) {
+                    best.push(index);
                 }
             }
         }
         best
-    }
-
-    /// The query's words as [`Catalog::named_by_phrase`] reads them: each a
-    /// name word's stem, a stop word written apart, or the end of a run (a
-    /// word no name has). Stop words inside a written name
-    /// (`create-a-comment`) are left out.
-    fn phrase_words(&self, query: &str) -> Vec<PhraseWord> {
-        let mut out = Vec::new();
-        for chunk in query.split_whitespace() {
-            let words: Vec<String> = split_words(chunk)
-                .into_iter()
-                .flat_map(|word| self.unjoined(word))
-                .collect();
-            if words.iter().all(|w| is_stop(w)) {
-                out.extend(words.into_iter().map(PhraseWord::Stop));
-                continue;
-            }
-            for word in words.iter().filter(|w| !is_stop(w)) {
-                let term = stem(word);
-                out.push(if self.name_terms.binary_search(&term).is_ok() {
-                    PhraseWord::Name(term)
-                } else {
-                    PhraseWord::End
-                });
-            }
-        }
-        out
     }
 
     /// Finds an entry by `name`, `category.name` or `category__name`, with
@@ -1201,16 +1121,6 @@ impl Catalog {
         }
         found
     }
-}
-
-/// A word of a query as [`Catalog::named_by_phrase`] reads it.
-enum PhraseWord {
-    /// A word of some tool's name: its stem.
-    Name(String),
-    /// A stop word written on its own.
-    Stop(String),
-    /// A word of no name: a run ends here.
-    End,
 }
 
 /// BM25's inverse document frequency of a term in `df` of `n` entries
@@ -1422,12 +1332,11 @@ mod tests {
         );
     }
 
-    /// Name words standing together among other words name their tool,
-    /// ahead of what meaning or words alone rank first; a name written as
-    /// one word is its words. Name words apart, or a stop word written
-    /// between them, name nothing.
+    /// A tool's name written as a name among other words names it, ahead
+    /// of what meaning or words alone rank first, the longest name winning;
+    /// its words written apart, one word, or a path name nothing.
     #[test]
-    fn a_tools_name_words_among_other_words_name_it() {
+    fn a_name_written_among_other_words_names_its_tool() {
         let c = Catalog::new(vec![
             entry(
                 "git",
@@ -1440,47 +1349,48 @@ mod tests {
             entry("fs", "read_text_file", "Read a file as text"),
             entry("docs", "note_book", "Keeps a notebook"),
             entry("other", "log", "Write a log line"),
-            entry("fs", "list_directory", "List a directory"),
-            entry(
-                "fs",
-                "list_directory_with_sizes",
-                "List a directory with sizes",
-            ),
+            entry("git", "git_show", "Shows the contents of a commit"),
+            entry("fs", "read_text_file_old", "DEPRECATED: use read_text_file"),
         ]);
+        let all = |_: usize| true;
         for q in [
-            "run git log for me",
-            "git log on ~/proj please",
+            "run git_log for me",
+            "`git-log` on ~/proj please",
             "gitlog",
             "please run gitlog",
-            "what does Git-Log say about branches",
+            "what does GitLog say about branches?",
+            "git.git_log with max_count 5",
         ] {
             assert_eq!(top(&c, q), "git_log", "{q}");
         }
-        assert_eq!(top(&c, "kubectl get pods"), "kubectl_get");
-        assert_eq!(top(&c, "kubectl get logs of pod web-1"), "kubectl_get_logs");
-        assert_eq!(top(&c, "read text file quickly"), "read_text_file");
-        assert!(c.named_by_words("read text file quickly").is_empty());
-        assert_eq!(c.named_by_phrase("read text file quickly"), vec![4]);
-        // Apart, or with a stop word written between: a description.
-        assert!(c.named_by_phrase("read a text file quickly").is_empty());
-        assert!(
-            c.named_by_phrase("list the log of each branch in git")
-                .is_empty()
-        );
-        // One name word is a word, even a tool's whole name.
-        assert!(c.named_by_phrase("show the log please").is_empty());
-        // A name's own stop word, written apart in its place, is part of it.
+        assert_eq!(top(&c, "call kubectl_get for pods"), "kubectl_get");
         assert_eq!(
-            top(&c, "run list directory with sizes for me"),
-            "list_directory_with_sizes"
+            top(&c, "kubectl_get kubectl_get_logs for pod web-1"),
+            "kubectl_get_logs"
         );
-        assert_eq!(c.named_by_phrase("list directory for me"), vec![7]);
+        // Written apart, the words are a description's: named by nothing.
+        assert!(c.named_in_query("run git log for me", all).is_empty());
+        assert!(c.named_in_query("read text file quickly", all).is_empty());
+        // One word is a word, even a tool's whole name; a path is no name.
+        assert!(c.named_in_query("show the log please", all).is_empty());
+        assert!(c.named_in_query("what is in ~/git/log", all).is_empty());
         // A word the catalog has is not taken apart.
-        assert!(c.named_by_phrase("open my notebook today").is_empty());
-        assert_eq!(c.named_by_phrase("open my note book today"), vec![5]);
-        // A query of many name words costs a window per word, not more.
-        let long = "git log ".repeat(400);
-        assert_eq!(c.named_by_phrase(&long), vec![1]);
+        assert!(c.named_in_query("open my notebook today", all).is_empty());
+        assert_eq!(c.named_in_query("open my note_book today", all), vec![5]);
+        // What `keep` turns away (here the deprecated tool) does not hide a
+        // shorter name it keeps.
+        assert_eq!(
+            c.named_in_query("read_text_file_old or git_log", |i| i != 8),
+            vec![1]
+        );
+        // Tools named alike keep the order they had: `git_show` is the
+        // closer to "contents of a commit", whatever the names' order.
+        let hits = c.search("git_log git_show contents of a commit", None, 2);
+        let names: Vec<&str> = hits
+            .iter()
+            .map(|h| c.entries()[h.index].name.as_str())
+            .collect();
+        assert_eq!(names, ["git_show", "git_log"]);
     }
 
     #[test]

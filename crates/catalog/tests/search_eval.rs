@@ -360,30 +360,43 @@ fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
     needs
 }
 
-/// Queries holding a tool's name words, two or more, together among other
-/// words (`run git log for me`, `git log on ~/proj please`), or written as
-/// one word (`gitlog`); each answered by every tool whose words are exactly
-/// those. A one-word name among other words is a word, not a name.
-fn name_words_among_others(entries: &[Entry]) -> Vec<Need> {
+/// Queries that write a tool's name, of two words or more, as a name
+/// among other words (`run git_log for me`, `` `git-log` on ~/proj please``,
+/// `I'd like to use GitLog now`, and `gitlog` alone); each answered by every
+/// tool whose words are exactly those. No camel case for a name with a
+/// one-letter word: `ApiRetrieveAPage` reads "apage".
+fn names_among_other_words(entries: &[Entry]) -> Vec<Need> {
     let deprecated = |e: &Entry| e.description.to_ascii_lowercase().contains("deprecated");
     let mut needs = Vec::new();
     for entry in entries.iter().filter(|e| !deprecated(e)) {
         let words = split_words(&entry.name);
-        if word_set(&entry.name).len() < 2 {
+        let wanted = word_set(&entry.name);
+        if wanted.len() < 2 {
             continue;
         }
-        let wanted = word_set(&entry.name);
         let answers: Vec<String> = entries
             .iter()
             .filter(|e| !deprecated(e) && word_set(&e.name) == wanted)
             .map(Entry::qualified_name)
             .collect();
-        for query in [
-            format!("run {} for me", words.join(" ")),
-            format!("{} on ~/proj please", words.join("-")),
-            format!("I'd like to use {} now", words.join(" ")),
+        let mut queries = vec![
+            format!("run {} for me", words.join("_")),
+            format!("`{}` on ~/proj please", words.join("-")),
             words.concat(),
-        ] {
+        ];
+        if words.iter().all(|w| w.chars().count() > 1) {
+            let title: String = words
+                .iter()
+                .map(|w| {
+                    let mut c = w.chars();
+                    c.next()
+                        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+                        .unwrap_or_default()
+                })
+                .collect();
+            queries.push(format!("I'd like to use {title} now"));
+        }
+        for query in queries {
             needs.push(Need {
                 line: needs.len() + 1,
                 text: query,
@@ -392,6 +405,42 @@ fn name_words_among_others(entries: &[Entry]) -> Vec<Need> {
         }
     }
     needs
+}
+
+/// Descriptions that hold two of a tool's name words written apart, or a
+/// word that splits into some ("GitHub": git, hub), or a path: a need, not
+/// a name. Searched over the thirteen servers, none names a tool (a named
+/// tool is put first whatever else ranks).
+#[test]
+fn descriptions_name_no_tool() {
+    let mut entries = entries();
+    entries.extend(held_out_entries());
+    let catalog = Catalog::new(entries);
+    for query in [
+        "list commits in my local repo",
+        "create table in excel",
+        "read range of lines from a file",
+        "search code in my project folder",
+        "search users in the database",
+        "get env variables of the pod",
+        "delete note in notion",
+        "undo last git commit",
+        "switch git branch to main",
+        "show GitHub pull requests",
+        "add GitHub remote",
+        "create a branch in my local clone",
+        "read a text file in the repo",
+        "what is in ~/git/log",
+        "REST API get user by id",
+    ] {
+        let named: Vec<String> = catalog
+            .explain(query, None, 10, None)
+            .iter()
+            .filter(|why| why.named.is_some())
+            .map(|why| catalog.entries()[why.hit.index].qualified_name())
+            .collect();
+        assert!(named.is_empty(), "{query:?} named {named:?}");
+    }
 }
 
 /// A query built from a tool's own name words finds that tool first, by
@@ -416,7 +465,7 @@ fn name_words_find_their_tool_first(
 ) {
     for (set, needs) in [
         ("", name_word_queries(entries)),
-        (", among others", name_words_among_others(entries)),
+        (", written among others", names_among_other_words(entries)),
     ] {
         let [l, _, _] = evaluate(lexical, &needs, true);
         let [h, _, _] = evaluate(hybrid, &needs, true);
