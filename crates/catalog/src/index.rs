@@ -153,6 +153,8 @@ pub struct Catalog {
     /// `readtextfile`) -> those words: a query word that is one stands for
     /// them.
     joined_names: HashMap<String, Vec<String>>,
+    /// Entries by each stemmed word of their names.
+    by_name_term: HashMap<String, Vec<u32>>,
     /// Each entry's server's word set, which a query may add to the name's.
     category_words: Vec<Vec<String>>,
     /// Vectors of meaning, when a model is in use.
@@ -226,8 +228,12 @@ impl Catalog {
         let exact_names = entries.iter().map(|e| name_words(&e.name)).collect();
         let mut by_name_words: HashMap<String, Vec<u32>> = HashMap::new();
         let mut joined_names: HashMap<String, Vec<String>> = HashMap::new();
+        let mut by_name_term: HashMap<String, Vec<u32>> = HashMap::new();
         for (i, entry) in entries.iter().enumerate() {
             let written = split_words(&entry.name);
+            for term in word_set(&entry.name) {
+                by_name_term.entry(term).or_default().push(i as u32);
+            }
             if written.len() >= 2 {
                 joined_names.entry(written.concat()).or_insert(written);
             }
@@ -268,6 +274,7 @@ impl Catalog {
             exact_names,
             by_name_words,
             joined_names,
+            by_name_term,
             by_qualified,
             category_words,
             semantic: None,
@@ -1057,29 +1064,68 @@ impl Catalog {
             {
                 continue;
             }
-            let length = term_set(&self.naming_words(word)).len();
-            if length < most {
-                continue;
-            }
-            let named: Vec<usize> = self
-                .named_by_words(word)
-                .into_iter()
-                .filter(|i| keep(*i))
-                .collect();
-            if named.is_empty() {
-                continue;
-            }
-            if length > most {
-                most = length;
-                best.clear();
-            }
-            for index in named {
+            let named: Vec<usize> = if word.contains('.') {
+                // A dot only as `server.tool`: `export.csv` and `git.log`
+                // are files.
+                self.find_indices(word, None)
+            } else {
+                let parts = self.naming_words(word);
+                self.named_by_words(word)
+                    .into_iter()
+                    // Written as one word among others, a name of two words
+                    // is too often a word ("settable"): it must begin with
+                    // its server's word (`gitlog`) or have three.
+                    .filter(|&i| {
+                        !plain
+                            || parts.len() >= 3
+                            || parts
+                                .first()
+                                .is_some_and(|first| self.category_words[i].contains(&stem(first)))
+                    })
+                    .collect()
+            };
+            for index in named.into_iter().filter(|&i| keep(i)) {
+                // The tool's own name words count, not its server's.
+                let length = self.exact_names[index].len();
+                if length < most || self.within_a_longer_name(index, query) {
+                    continue;
+                }
+                if length > most {
+                    most = length;
+                    best.clear();
+                }
                 if !best.contains(&index) {
                     best.push(index);
                 }
             }
         }
         best
+    }
+
+    /// Whether another tool's name holds all of entry `index`'s name words
+    /// and more, and `query` holds all of those: "stop the port-forward"
+    /// writes `port_forward` but asks for `stop_port_forward`, and names
+    /// neither.
+    fn within_a_longer_name(&self, index: usize, query: &str) -> bool {
+        let own = term_set(&self.exact_names[index]);
+        let Some(rarest) = own
+            .iter()
+            .filter_map(|t| self.by_name_term.get(t))
+            .min_by_key(|entries| entries.len())
+        else {
+            return false;
+        };
+        let asked = term_set(&self.naming_words(query));
+        rarest.iter().any(|&other| {
+            let other = other as usize;
+            if other == index {
+                return false;
+            }
+            let theirs = term_set(&self.exact_names[other]);
+            theirs.len() > own.len()
+                && own.iter().all(|t| theirs.contains(t))
+                && theirs.iter().all(|t| asked.contains(t))
+        })
     }
 
     /// Finds an entry by `name`, `category.name` or `category__name`, with
@@ -1334,7 +1380,9 @@ mod tests {
 
     /// A tool's name written as a name among other words names it, ahead
     /// of what meaning or words alone rank first, the longest name winning;
-    /// its words written apart, one word, or a path name nothing.
+    /// its words written apart, one word, a file's name, a word that only
+    /// reads as a name, or a name within a longer one the query asks for,
+    /// name nothing.
     #[test]
     fn a_name_written_among_other_words_names_its_tool() {
         let c = Catalog::new(vec![
@@ -1351,32 +1399,55 @@ mod tests {
             entry("other", "log", "Write a log line"),
             entry("git", "git_show", "Shows the contents of a commit"),
             entry("fs", "read_text_file_old", "DEPRECATED: use read_text_file"),
+            entry("k8s", "port_forward", "Forward a local port to a pod"),
+            entry("k8s", "stop_port_forward", "Stop forwarding a port"),
+            entry("excel", "export_csv", "Export a sheet as CSV"),
+            entry("excel", "set_table", "Make a range a table"),
         ]);
         let all = |_: usize| true;
         for q in [
             "run git_log for me",
             "`git-log` on ~/proj please",
-            "gitlog",
             "please run gitlog",
             "what does GitLog say about branches?",
             "git.git_log with max_count 5",
         ] {
+            assert!(c.named_by_words(q).is_empty(), "{q}");
+            assert_eq!(c.named_in_query(q, all), vec![1], "{q}");
             assert_eq!(top(&c, q), "git_log", "{q}");
         }
         assert_eq!(top(&c, "call kubectl_get for pods"), "kubectl_get");
+        // The longest name; and a name within a longer one the query asks
+        // for names nothing.
         assert_eq!(
-            top(&c, "kubectl_get kubectl_get_logs for pod web-1"),
-            "kubectl_get_logs"
+            c.named_in_query("kubectl_get or kubectl_get_logs for pod web-1", all),
+            vec![3]
+        );
+        assert!(
+            c.named_in_query("stop the port-forward to my pod", all)
+                .is_empty()
+        );
+        assert_eq!(
+            c.named_in_query("start a port-forward to my pod", all),
+            vec![9]
         );
         // Written apart, the words are a description's: named by nothing.
         assert!(c.named_in_query("run git log for me", all).is_empty());
         assert!(c.named_in_query("read text file quickly", all).is_empty());
-        // One word is a word, even a tool's whole name; a path is no name.
+        // One word is a word, even a tool's whole name; a path or a file's
+        // name is no tool's name.
         assert!(c.named_in_query("show the log please", all).is_empty());
         assert!(c.named_in_query("what is in ~/git/log", all).is_empty());
-        // A word the catalog has is not taken apart.
+        assert!(c.named_in_query("what is in git.log", all).is_empty());
+        assert!(
+            c.named_in_query("load export.csv into a sheet", all)
+                .is_empty()
+        );
+        // A word the catalog has is not taken apart; one that reads as two
+        // name words, among others, names only with its server's word first.
         assert!(c.named_in_query("open my notebook today", all).is_empty());
         assert_eq!(c.named_in_query("open my note_book today", all), vec![5]);
+        assert!(c.named_in_query("is the field settable", all).is_empty());
         // What `keep` turns away (here the deprecated tool) does not hide a
         // shorter name it keeps.
         assert_eq!(

@@ -407,9 +407,10 @@ fn names_among_other_words(entries: &[Entry]) -> Vec<Need> {
     needs
 }
 
-/// Descriptions that hold two of a tool's name words written apart, or a
-/// word that splits into some ("GitHub": git, hub), or a path: a need, not
-/// a name. Searched over the thirteen servers, none names a tool (a named
+/// Descriptions that hold two of a tool's name words written apart, a word
+/// that splits into some ("GitHub": git, hub; "settable": set, table), a
+/// path or a file's name (`git.log`), or a tool's name within a longer one
+/// they ask for ("stop the port-forward"): a need, not a name. Searched over the thirteen servers, none names a tool (a named
 /// tool is put first whatever else ranks).
 #[test]
 fn descriptions_name_no_tool() {
@@ -432,6 +433,10 @@ fn descriptions_name_no_tool() {
         "read a text file in the repo",
         "what is in ~/git/log",
         "REST API get user by id",
+        "stop the port-forward to my pod please",
+        "load export.csv into a new sheet",
+        "what is in git.log",
+        "is the field settable",
     ] {
         let named: Vec<String> = catalog
             .explain(query, None, 10, None)
