@@ -26,10 +26,11 @@ const EFFECT_WEIGHT: f32 = 0.5;
 /// server apart, hardly a tool.
 const INSTRUCTIONS_WEIGHT: f32 = 0.1;
 /// In hybrid ranking, the share of the lexical score (divided by
-/// `Catalog::words_scale`: the best hit has 1 at most) beside the closeness of meaning. Small: a need in other words
-/// shares incidental words ("log" in a file path) with the wrong tools, and
-/// on the evaluation set a larger share lost more than it won (0.3: top-3
-/// 44%, 0.1: 60%); it still breaks ties toward a tool the query names.
+/// `Catalog::words_scale`: the best hit has 1 at most) beside the closeness
+/// of meaning. Small: a need in other words shares incidental words ("log"
+/// in a file path) with the wrong tools, and on the evaluation set a larger
+/// share lost more than it won (0.3: top-3 44%, 0.1: 60%); it still breaks
+/// ties toward a tool the query names.
 const LEXICAL_SHARE: f32 = 0.1;
 /// How much the closeness of a tool's server (the mean of its tools'
 /// vectors) adds to the tool's own: a need about spreadsheets or a web page
@@ -231,13 +232,13 @@ impl Catalog {
         let mut by_name_term: HashMap<String, Vec<u32>> = HashMap::new();
         for (i, entry) in entries.iter().enumerate() {
             let written = split_words(&entry.name);
-            for term in word_set(&entry.name) {
-                by_name_term.entry(term).or_default().push(i as u32);
-            }
             if written.len() >= 2 {
                 joined_names.entry(written.concat()).or_insert(written);
             }
             let words = word_set(&entry.name);
+            for term in &words {
+                by_name_term.entry(term.clone()).or_default().push(i as u32);
+            }
             if !words.is_empty() {
                 by_name_words
                     .entry(words.join(" "))

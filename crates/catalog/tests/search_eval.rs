@@ -305,13 +305,30 @@ fn word_set(text: &str) -> Vec<String> {
     words
 }
 
+/// Whether a tool's own description calls it deprecated (it is named by
+/// its whole name only: its words find its replacement).
+fn deprecated(entry: &Entry) -> bool {
+    entry
+        .description
+        .to_ascii_lowercase()
+        .contains("deprecated")
+}
+
+/// `word` with its first letter in upper case (`log` → `Log`).
+fn capitalized(word: &str) -> String {
+    let mut letters = word.chars();
+    letters
+        .next()
+        .map(|first| first.to_uppercase().collect::<String>() + letters.as_str())
+        .unwrap_or_default()
+}
+
 /// Queries made of a tool's own name words, in any order, with any
 /// separator or case (`git log`, `log git`, `git-log`, `Git Log`), and with
 /// its server's name before them (`filesystem read text file`); each answered
 /// by every tool whose words are exactly those (two servers may both have a
 /// `search`).
 fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
-    let deprecated = |e: &Entry| e.description.to_ascii_lowercase().contains("deprecated");
     let mut needs = Vec::new();
     // A deprecated tool is named by its whole name only (its words find its
     // replacement).
@@ -319,15 +336,7 @@ fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
         let words = split_words(&entry.name);
         let mut reversed = words.clone();
         reversed.reverse();
-        let title: Vec<String> = words
-            .iter()
-            .map(|w| {
-                let mut c = w.chars();
-                c.next()
-                    .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-                    .unwrap_or_default()
-            })
-            .collect();
+        let title: Vec<String> = words.iter().map(|w| capitalized(w)).collect();
         let mut queries = vec![
             words.join(" "),
             reversed.join(" "),
@@ -366,7 +375,6 @@ fn name_word_queries(entries: &[Entry]) -> Vec<Need> {
 /// tool whose words are exactly those. No camel case for a name with a
 /// one-letter word: `ApiRetrieveAPage` reads "apage".
 fn names_among_other_words(entries: &[Entry]) -> Vec<Need> {
-    let deprecated = |e: &Entry| e.description.to_ascii_lowercase().contains("deprecated");
     let mut needs = Vec::new();
     for entry in entries.iter().filter(|e| !deprecated(e)) {
         let words = split_words(&entry.name);
@@ -385,15 +393,7 @@ fn names_among_other_words(entries: &[Entry]) -> Vec<Need> {
             words.concat(),
         ];
         if words.iter().all(|w| w.chars().count() > 1) {
-            let title: String = words
-                .iter()
-                .map(|w| {
-                    let mut c = w.chars();
-                    c.next()
-                        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-                        .unwrap_or_default()
-                })
-                .collect();
+            let title: String = words.iter().map(|w| capitalized(w)).collect();
             queries.push(format!("I'd like to use {title} now"));
         }
         for query in queries {
