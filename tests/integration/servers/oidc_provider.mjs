@@ -14,7 +14,7 @@
 // invalid_scope. With --lenient-scopes such scopes are dropped from the grant instead
 // (and openid/offline_access are tolerated), as many production servers do.
 
-import { generateKeyPairSync } from 'node:crypto';
+import { createPrivateKey, generateKeyPairSync } from 'node:crypto';
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 
@@ -68,10 +68,14 @@ const RESOURCES = new Set([args.resource, 'https://other.invalid/mcp']);
 const lenient = args['lenient-scopes'];
 
 function signingJwk(alg, kid) {
+  // Generated as PEM and read back: exporting the generated KeyObject as a JWK can deadlock
+  // Node 20 (a garbage collection during the export runs the finished key job's destructor,
+  // which takes the lock the export holds).
+  const pem = { publicKeyEncoding: { type: 'spki', format: 'pem' }, privateKeyEncoding: { type: 'pkcs8', format: 'pem' } };
   const { privateKey } = alg === 'ES256'
-    ? generateKeyPairSync('ec', { namedCurve: 'P-256' })
-    : generateKeyPairSync('rsa', { modulusLength: 2048 });
-  return { ...privateKey.export({ format: 'jwk' }), kid, alg, use: 'sig' };
+    ? generateKeyPairSync('ec', { namedCurve: 'P-256', ...pem })
+    : generateKeyPairSync('rsa', { modulusLength: 2048, ...pem });
+  return { ...createPrivateKey(privateKey).export({ format: 'jwk' }), kid, alg, use: 'sig' };
 }
 
 // A plain in-memory adapter (the built-in one is fine too, but warns that it is dev-only).
