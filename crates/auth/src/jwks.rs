@@ -1,21 +1,45 @@
 //! The identity provider's signing keys: found through its metadata,
 //! fetched, cached, and fetched again when a token names a key the cache
 //! does not have (the provider rotated its keys).
+//!
+//! No request waits behind another's network I/O. The cache is read under
+//! short locks that are never held across an `await`, so a token of a
+//! cached key is answered while any fetch runs. A fetch runs in a task of
+//! its own and every request that needs it shares its outcome (single
+//! flight): a token naming a key the cache lacks waits for the fetch in
+//! flight (at most [`MAX_WAITERS`] at once, the others are refused at
+//! once), starts one if none ran for an unknown key within
+//! [`UNKNOWN_KID_COOLDOWN`], and is otherwise answered from the cache at
+//! once. A fetch ends within [`FETCH_TIMEOUT`], whatever the provider does.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use serde::Deserialize;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::watch;
 
 use crate::AuthError;
 
-/// Keys older than this are fetched again before use.
+/// Keys older than this are fetched again.
 const MAX_AGE: Duration = Duration::from_secs(600);
-/// A token naming an unknown key triggers at most one fetch this often, so
-/// garbage tokens cannot turn the server into a JWKS hammer.
-const UNKNOWN_KID_COOLDOWN: Duration = Duration::from_secs(2);
+/// Past [`MAX_AGE`] a cached key still verifies tokens while the fetch runs
+/// in the background (so a token of a known key never waits for the
+/// provider), until this long after the last successful fetch; an older
+/// set is not trusted without a fetch.
+const MAX_STALE: Duration = Duration::from_secs(3600);
+/// Tokens naming keys the cache lacks start at most one fetch this often,
+/// so garbage tokens cannot turn the server into a JWKS hammer; in between
+/// they are answered from the cache at once.
+pub(crate) const UNKNOWN_KID_COOLDOWN: Duration = Duration::from_secs(2);
+/// Requests that may wait at once for the fetch in flight (each holds a
+/// connection); a further token naming an unknown key is refused at once.
+pub(crate) const MAX_WAITERS: usize = 64;
+/// A whole fetch (metadata and key set) ends by then, so a slow or hanging
+/// provider holds no request longer.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Metadata and key sets larger than this are refused.
 const MAX_DOCUMENT: usize = 1 << 20;
 
@@ -43,19 +67,114 @@ pub struct KeySetReport {
 
 /// The cached key set of one issuer.
 pub struct KeyCache {
+    inner: Arc<Inner>,
+}
+
+/// The cache itself, shared with the task of a fetch in flight.
+struct Inner {
     client: reqwest::Client,
     issuer: String,
     configured_uri: Option<String>,
-    discovered_uri: RwLock<Option<String>>,
+    discovered_uri: Mutex<Option<String>>,
     keys: RwLock<Option<Fetched>>,
-    /// Single flight for fetches, with the time of the last one.
-    fetching: Mutex<Option<Instant>>,
+    flights: Mutex<Flights>,
+}
+
+/// What a fetch gives the requests waiting for it (`None` while it runs).
+type Outcome = Option<Result<KeySetReport, AuthError>>;
+
+#[derive(Default)]
+struct Flights {
+    /// The fetch in flight.
+    current: Option<Flight>,
+    /// When the last fetch ended, whatever started it: a stale set is
+    /// refreshed in the background at most once per cooldown.
+    last_end: Option<Instant>,
+    /// The last fetch a token naming an unknown key started or waited for:
+    /// when it ended, and why it failed if it did.
+    last_for_unknown: Option<(Instant, Option<AuthError>)>,
+}
+
+struct Flight {
+    done: watch::Receiver<Outcome>,
+    waiters: Arc<AtomicUsize>,
+    /// Whether a token naming an unknown key started or joined it (then its
+    /// end starts the cooldown).
+    for_unknown: bool,
+}
+
+/// A request waiting for a fetch; it holds one of the flight's waiter
+/// slots until it is dropped (answered, or its client went away).
+struct Waiter {
+    done: watch::Receiver<Outcome>,
+    waiters: Arc<AtomicUsize>,
+}
+
+impl Waiter {
+    fn new(flight: &Flight) -> Self {
+        flight.waiters.fetch_add(1, Ordering::SeqCst);
+        Self {
+            done: flight.done.clone(),
+            waiters: Arc::clone(&flight.waiters),
+        }
+    }
+
+    async fn outcome(mut self, issuer: &str) -> Result<KeySetReport, AuthError> {
+        let stopped = || AuthError::Fetch {
+            url: issuer.to_string(),
+            reason: "the key fetch stopped before it finished".into(),
+        };
+        // The fetch has its own deadline; this one only guards against a
+        // fetch task that is never run again (a runtime shutting down).
+        let wait = self.done.wait_for(Option::is_some);
+        match tokio::time::timeout(FETCH_TIMEOUT + Duration::from_secs(1), wait).await {
+            Ok(Ok(outcome)) => outcome.clone().unwrap_or_else(|| Err(stopped())),
+            Ok(Err(_)) => Err(stopped()),
+            Err(_) => Err(AuthError::TimedOut {
+                issuer: issuer.to_string(),
+                seconds: FETCH_TIMEOUT.as_secs(),
+            }),
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Why a fetch is wanted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A token names a key the cache lacks (rotation, or garbage).
+    UnknownKid,
+    /// A token's key is cached but the set is past [`MAX_AGE`].
+    Stale,
+}
+
+/// What a request needing a fetch does.
+enum Join {
+    /// Waits for this fetch's outcome.
+    Wait(Waiter),
+    /// Uses the cache as it is (within the cooldown, or a background
+    /// refresh is under way).
+    FromCache,
+    /// Is refused: the last fetch, moments ago, failed like this, or too
+    /// many requests wait already.
+    Refused(AuthError),
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere leaves the data as consistent as each line left
+    // it (plain assignments), so the cache stays usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for KeyCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyCache")
-            .field("issuer", &self.issuer)
+            .field("issuer", &self.inner.issuer)
             .finish_non_exhaustive()
     }
 }
@@ -66,67 +185,186 @@ struct Metadata {
     jwks_uri: Option<String>,
 }
 
+/// What the cache holds for a key id.
+enum Cached {
+    Fresh(Vec<Key>),
+    /// Past [`MAX_AGE`], within [`MAX_STALE`].
+    Stale(Vec<Key>),
+    Missing,
+}
+
 impl KeyCache {
     pub fn new(issuer: &str, jwks_uri: Option<&str>) -> Self {
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
+            .timeout(FETCH_TIMEOUT)
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::limited(3))
             .build()
             .unwrap_or_default();
         Self {
-            client,
-            issuer: issuer.to_string(),
-            configured_uri: jwks_uri.map(str::to_string),
-            discovered_uri: RwLock::new(None),
-            keys: RwLock::new(None),
-            fetching: Mutex::new(None),
+            inner: Arc::new(Inner {
+                client,
+                issuer: issuer.to_string(),
+                configured_uri: jwks_uri.map(str::to_string),
+                discovered_uri: Mutex::new(None),
+                keys: RwLock::new(None),
+                flights: Mutex::new(Flights::default()),
+            }),
         }
     }
 
     /// The keys that may have signed a token with header `kid`: from the
-    /// cache, else fetched (a key id the cache lacks triggers a fetch, at
-    /// most once per cooldown).
+    /// cache at once, else after the fetch this request starts or joins
+    /// (see the module's doc for when it does neither). Empty: the
+    /// provider does not publish such a key (as of its last fetch).
     pub(crate) async fn candidates(&self, kid: Option<&str>) -> Result<Vec<Key>, AuthError> {
-        if let Some(found) = self.cached(kid).await {
-            return Ok(found);
+        let inner = &self.inner;
+        match inner.lookup(kid) {
+            Cached::Fresh(keys) => return Ok(keys),
+            Cached::Stale(keys) => {
+                // Served now; the refresh runs on its own, and only a
+                // successful one replaces these keys.
+                let _ = inner.join(Purpose::Stale);
+                return Ok(keys);
+            }
+            Cached::Missing => {}
         }
-        self.refresh(true).await?;
-        Ok(self.cached_any_age(kid).await)
+        match inner.join(Purpose::UnknownKid) {
+            Join::Wait(waiter) => {
+                waiter.outcome(&inner.issuer).await?;
+            }
+            Join::FromCache => {}
+            Join::Refused(e) => return Err(e),
+        }
+        Ok(match inner.lookup(kid) {
+            Cached::Fresh(keys) | Cached::Stale(keys) => keys,
+            Cached::Missing => Vec::new(),
+        })
     }
 
-    async fn cached(&self, kid: Option<&str>) -> Option<Vec<Key>> {
-        let keys = self.keys.read().await;
-        let fetched = keys.as_ref()?;
-        if fetched.at.elapsed() > MAX_AGE {
-            return None;
-        }
-        let found = matching(&fetched.keys, kid);
-        (!found.is_empty()).then_some(found)
-    }
-
-    async fn cached_any_age(&self, kid: Option<&str>) -> Vec<Key> {
-        match self.keys.read().await.as_ref() {
-            Some(fetched) => matching(&fetched.keys, kid),
-            None => Vec::new(),
-        }
-    }
-
-    /// Fetches the key set again. With `cooldown`, skips the fetch when one
-    /// ran moments ago (a burst of tokens with an unknown key). A failed
+    /// Fetches the key set now (for `doctor` and start-up), or waits for
+    /// the fetch already in flight. Not subject to the cooldown. A failed
     /// fetch keeps the keys already cached.
-    pub async fn refresh(&self, cooldown: bool) -> Result<KeySetReport, AuthError> {
-        let mut last = self.fetching.lock().await;
-        if cooldown
-            && let Some(at) = *last
-            && at.elapsed() < UNKNOWN_KID_COOLDOWN
-        {
-            // Waiting (with the lock held) rather than refusing: a token
-            // of freshly rotated keys is still served, a moment late, and
-            // a flood of made-up key ids still causes one fetch per period.
-            tokio::time::sleep(UNKNOWN_KID_COOLDOWN.saturating_sub(at.elapsed())).await;
+    pub async fn refresh(&self) -> Result<KeySetReport, AuthError> {
+        let waiter = {
+            let mut flights = lock(&self.inner.flights);
+            self.inner.start_or_join(&mut flights, false)
+        };
+        waiter.outcome(&self.inner.issuer).await
+    }
+}
+
+impl Inner {
+    fn lookup(&self, kid: Option<&str>) -> Cached {
+        let keys = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(fetched) = keys.as_ref() else {
+            return Cached::Missing;
+        };
+        let age = fetched.at.elapsed();
+        let found = matching(&fetched.keys, kid);
+        if found.is_empty() || age > MAX_STALE {
+            Cached::Missing
+        } else if age > MAX_AGE {
+            Cached::Stale(found)
+        } else {
+            Cached::Fresh(found)
         }
-        *last = Some(Instant::now());
+    }
+
+    /// Decides, under one short lock, whether a request waits for a fetch,
+    /// starts one, uses the cache, or is refused.
+    fn join(self: &Arc<Self>, purpose: Purpose) -> Join {
+        let mut flights = lock(&self.flights);
+        // A flight whose task is gone (its runtime shut down) is replaced.
+        let live = flights
+            .current
+            .as_ref()
+            .is_some_and(|f| f.done.has_changed().is_ok());
+        if live && let Some(flight) = flights.current.as_mut() {
+            return match purpose {
+                Purpose::Stale => Join::FromCache,
+                Purpose::UnknownKid => {
+                    let waiting = flight.waiters.load(Ordering::SeqCst);
+                    if waiting >= MAX_WAITERS {
+                        Join::Refused(AuthError::KeysBusy { waiting })
+                    } else {
+                        flight.for_unknown = true;
+                        Join::Wait(Waiter::new(flight))
+                    }
+                }
+            };
+        }
+        match purpose {
+            Purpose::UnknownKid => {
+                if let Some((at, failure)) = &flights.last_for_unknown
+                    && at.elapsed() < UNKNOWN_KID_COOLDOWN
+                {
+                    return match failure {
+                        Some(e) => Join::Refused(e.clone()),
+                        None => Join::FromCache,
+                    };
+                }
+                Join::Wait(self.start_or_join(&mut flights, true))
+            }
+            Purpose::Stale => {
+                if flights
+                    .last_end
+                    .is_none_or(|at| at.elapsed() >= UNKNOWN_KID_COOLDOWN)
+                {
+                    drop(self.start_or_join(&mut flights, false));
+                }
+                Join::FromCache
+            }
+        }
+    }
+
+    /// The fetch in flight, or a new one in a task of its own (so it ends,
+    /// and its outcome reaches every waiter, even when the request that
+    /// started it goes away).
+    fn start_or_join(self: &Arc<Self>, flights: &mut Flights, for_unknown: bool) -> Waiter {
+        if let Some(flight) = flights.current.as_mut()
+            && flight.done.has_changed().is_ok()
+        {
+            flight.for_unknown |= for_unknown;
+            return Waiter::new(flight);
+        }
+        let (tx, rx) = watch::channel(None);
+        let flight = Flight {
+            done: rx,
+            waiters: Arc::new(AtomicUsize::new(0)),
+            for_unknown,
+        };
+        let waiter = Waiter::new(&flight);
+        flights.current = Some(flight);
+        tokio::spawn(Arc::clone(self).fly(tx));
+        waiter
+    }
+
+    async fn fly(self: Arc<Self>, done: watch::Sender<Outcome>) {
+        let outcome = match tokio::time::timeout(FETCH_TIMEOUT, self.fetch()).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(AuthError::TimedOut {
+                issuer: self.issuer.clone(),
+                seconds: FETCH_TIMEOUT.as_secs(),
+            }),
+        };
+        if let Err(e) = &outcome {
+            tracing::warn!(error = %e, "cannot fetch the identity provider's keys");
+        }
+        {
+            let mut flights = lock(&self.flights);
+            let for_unknown = flights.current.take().is_some_and(|f| f.for_unknown);
+            let now = Instant::now();
+            flights.last_end = Some(now);
+            if for_unknown {
+                flights.last_for_unknown = Some((now, outcome.as_ref().err().cloned()));
+            }
+        }
+        done.send_replace(Some(outcome));
+    }
+
+    /// One fetch of the key set (and, the first time, of the metadata).
+    async fn fetch(&self) -> Result<KeySetReport, AuthError> {
         let uri = self.jwks_uri().await?;
         let set: JwkSet = self.get_json(&uri).await?;
         let mut keys = Vec::new();
@@ -151,7 +389,7 @@ impl KeyCache {
             .map(|k| k.kid.clone().unwrap_or_else(|| "-".into()))
             .collect();
         tracing::info!(jwks_uri = %uri, keys = keys.len(), "identity provider keys fetched");
-        *self.keys.write().await = Some(Fetched {
+        *self.keys.write().unwrap_or_else(PoisonError::into_inner) = Some(Fetched {
             keys,
             at: Instant::now(),
         });
@@ -166,7 +404,8 @@ impl KeyCache {
         if let Some(uri) = &self.configured_uri {
             return Ok(uri.clone());
         }
-        if let Some(uri) = self.discovered_uri.read().await.clone() {
+        let discovered = lock(&self.discovered_uri).clone();
+        if let Some(uri) = discovered {
             return Ok(uri);
         }
         let mut tried = Vec::new();
@@ -190,7 +429,7 @@ impl KeyCache {
                             reason: "it has no jwks_uri; set auth.oauth.jwks_uri".into(),
                         });
                     };
-                    *self.discovered_uri.write().await = Some(uri.clone());
+                    *lock(&self.discovered_uri) = Some(uri.clone());
                     return Ok(uri);
                 }
                 Err(e) => tried.push(format!("{url} ({e})")),
@@ -285,7 +524,45 @@ fn usable(jwk: &Jwk) -> Result<Key, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::metadata_urls;
+    use super::*;
+
+    /// A key of a set past its age is used at once while the set is fetched
+    /// again in the background (here from an endpoint that never answers).
+    #[tokio::test]
+    async fn a_stale_set_serves_its_keys_while_it_is_refreshed()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let jwks = format!("http://{}/jwks", listener.local_addr()?);
+        let cache = KeyCache::new("http://127.0.0.1:9", Some(&jwks));
+        let at = Instant::now()
+            .checked_sub(MAX_AGE + Duration::from_secs(60))
+            .ok_or("the clock is too young for this test")?;
+        let key = Key {
+            kid: Some("k1".into()),
+            alg: None,
+            key: DecodingKey::from_secret(b"test"),
+        };
+        *cache.inner.keys.write().map_err(|e| e.to_string())? = Some(Fetched {
+            keys: vec![key],
+            at,
+        });
+        let found =
+            tokio::time::timeout(Duration::from_secs(5), cache.candidates(Some("k1"))).await??;
+        assert_eq!(found.len(), 1);
+        // The refresh is under way: the endpoint is asked, and a flight is up.
+        tokio::time::timeout(Duration::from_secs(5), listener.accept()).await??;
+        assert!(lock(&cache.inner.flights).current.is_some());
+        // A second token of that key neither waits nor starts another fetch.
+        let again =
+            tokio::time::timeout(Duration::from_secs(5), cache.candidates(Some("k1"))).await??;
+        assert_eq!(again.len(), 1);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), listener.accept())
+                .await
+                .is_err()
+        );
+        Ok(())
+    }
 
     #[test]
     fn metadata_locations_follow_the_spec_order() {

@@ -23,7 +23,7 @@ mod verifier;
 pub use authenticator::Authenticator;
 pub use jwks::{KeyCache, KeySetReport};
 pub use metadata::{protected_resource_metadata, www_authenticate};
-pub use principal::{LOCAL_TENANT, Principal};
+pub use principal::{LOCAL_TENANT, Principal, STATIC_TENANT_PREFIX};
 pub use verifier::OAuthVerifier;
 
 pub use cem_config::Ability;
@@ -71,8 +71,9 @@ impl Rejection {
     }
 }
 
-/// Failures to reach or read the identity provider.
-#[derive(Debug, thiserror::Error)]
+/// Failures to reach or read the identity provider. Cloned: one fetch's
+/// failure is the answer of every request that waited for it.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AuthError {
     #[error("cannot fetch {url}: {reason}")]
     Fetch { url: String, reason: String },
@@ -82,4 +83,12 @@ pub enum AuthError {
         "no authorization server metadata found for issuer {issuer} (tried {tried}); set auth.oauth.jwks_uri"
     )]
     NoMetadata { issuer: String, tried: String },
+    #[error(
+        "the identity provider {issuer} did not send its metadata and key set within {seconds} s; check that it is up and reachable from this server"
+    )]
+    TimedOut { issuer: String, seconds: u64 },
+    #[error(
+        "{waiting} requests with tokens naming keys this server has not seen are already waiting for the identity provider's key set, as many as may wait; try again in a few seconds"
+    )]
+    KeysBusy { waiting: usize },
 }

@@ -10,6 +10,9 @@ use crate::Ability;
 /// credentials: today's data directory layout.
 pub const LOCAL_TENANT: &str = "local";
 
+/// What a static token's tenant id is its name after.
+pub const STATIC_TENANT_PREFIX: &str = "token-";
+
 /// Who is calling: the tenant whose workspace, skills, vault, sessions and
 /// audit trail it gets, and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +38,7 @@ impl Principal {
     /// The principal of static token `name` (config-checked: a safe name).
     pub fn named(name: &str) -> Self {
         Self {
-            tenant: format!("token-{name}"),
+            tenant: format!("{STATIC_TENANT_PREFIX}{name}"),
             name: name.to_string(),
             abilities: BTreeSet::from([Ability::Admin]),
         }

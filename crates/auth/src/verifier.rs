@@ -10,7 +10,7 @@ use jsonwebtoken::{Algorithm, Validation};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::jwks::KeyCache;
+use crate::jwks::{KeyCache, UNKNOWN_KID_COOLDOWN};
 use crate::{Ability, AuthError, KeySetReport, Principal, Rejection};
 
 /// Checks access tokens of one issuer for one audience.
@@ -70,7 +70,7 @@ impl OAuthVerifier {
 
     /// Fetches the metadata and key set now (for `doctor` and start-up).
     pub async fn check(&self) -> Result<KeySetReport, AuthError> {
-        self.keys.refresh(false).await
+        self.keys.refresh().await
     }
 
     /// The principal of a valid access token, or why it is not one.
@@ -104,8 +104,13 @@ impl OAuthVerifier {
         }
         let candidates = match self.keys.candidates(header.kid.as_deref()).await {
             Ok(c) => c,
+            // Refused at once rather than queued: whoever sends many tokens
+            // naming made-up keys cannot make a real one wait.
+            Err(e @ AuthError::KeysBusy { .. }) => return Err(Rejection::invalid(e.to_string())),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot fetch the identity provider's keys");
+                // The fetch itself logged the failure, once for all of its
+                // waiters.
+                tracing::debug!(error = %e, "cannot fetch the identity provider's keys");
                 return Err(Rejection {
                     status: 503,
                     error: None,
@@ -122,8 +127,9 @@ impl OAuthVerifier {
             .collect();
         if candidates.is_empty() {
             return Err(Rejection::invalid(format!(
-                "the token is signed by key {:?}, which the identity provider does not publish (a forged or very old token); get a new one",
-                header.kid.as_deref().unwrap_or("(no kid)")
+                "the token is signed by key {:?}, which the identity provider does not publish (a forged or very old token); get a new one (if the provider has only just rotated its keys, try again in {} seconds)",
+                header.kid.as_deref().unwrap_or("(no kid)"),
+                UNKNOWN_KID_COOLDOWN.as_secs()
             )));
         }
         let validation = self.validation(header.alg);
