@@ -38,6 +38,11 @@ impl std::fmt::Display for ExpandError {
     }
 }
 
+/// The variable a serving server fills in when it starts a stdio server's
+/// process: that tenant's own state directory for the server
+/// (`<tenant>/upstream/<server>`). Kept as written here, filled in later.
+pub const TENANT_DIR_VAR: &str = "CEM_TENANT_DIR";
+
 /// Expands every `${...}` in `input` using `lookup`.
 pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     expand_noting(input, lookup, &mut |_, _| {})
@@ -70,6 +75,13 @@ pub fn expand_noting(
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(ExpandError::BadName(inner.to_string()));
         }
+        if name == TENANT_DIR_VAR {
+            // One spelling, the one the server fills in (a default or the
+            // editors' env: prefix would reach the process as written).
+            out.push_str(concat!("${", "CEM_TENANT_DIR", "}"));
+            rest = &after[end + 1..];
+            continue;
+        }
         match (
             lookup(name).filter(|v| !v.is_empty() || default.is_none()),
             default,
@@ -99,6 +111,17 @@ mod tests {
             "TOKEN" => Some("abc".into()),
             "EMPTY" => Some(String::new()),
             _ => None,
+        }
+    }
+
+    #[test]
+    fn the_tenant_directory_is_left_for_the_server_to_fill_in() {
+        assert_eq!(
+            expand("${CEM_TENANT_DIR}/memory-${TOKEN}.jsonl", &env).as_deref(),
+            Ok("${CEM_TENANT_DIR}/memory-abc.jsonl")
+        );
+        for spelled in ["${env:CEM_TENANT_DIR}/m", "${CEM_TENANT_DIR:-/tmp}/m"] {
+            assert_eq!(expand(spelled, &env).as_deref(), Ok("${CEM_TENANT_DIR}/m"));
         }
     }
 

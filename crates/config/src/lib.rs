@@ -18,22 +18,25 @@ mod parse;
 mod redact;
 mod requirement;
 mod secret;
+mod signin;
 mod unique;
 
 pub use access::{Ability, AuthConfig, OAuthConfig, QuotaConfig, StoreConfig};
 /// The compiled `policy` section (rules, budgets, pins), from `cem-policy`.
 pub use cem_policy as policy;
 pub use error::{ConfigError, Problem};
+pub use expand::TENANT_DIR_VAR;
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, DiskQuotaMode, MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig,
-    PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig,
-    WorkspaceConfig,
+    AuditConfig, Config, DiskQuotaMode, HttpConfig, MAX_LIST_CHANGED_BACKOFF_SECONDS,
+    MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig, PiiMode, PiiType, SandboxConfig,
+    SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential, tenant_digest};
 pub use requirement::{Requirement, normalize as normalize_package};
 pub use secret::Secret;
+pub use signin::{SignInConfig, UpstreamAuth, UpstreamOAuth};
 
 use std::path::Path;
 

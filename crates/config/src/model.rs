@@ -26,12 +26,16 @@ pub struct Config {
     pub search: SearchConfig,
     /// The Prometheus metrics listener (`metrics`).
     pub metrics: MetricsConfig,
+    /// How the HTTP listener holds slow and many connections (`http`).
+    pub http: HttpConfig,
     /// Who may use the server over HTTP (`auth`).
     pub auth: crate::AuthConfig,
     /// Limits per tenant (`quotas`).
     pub quotas: crate::QuotaConfig,
     /// Where state shared between nodes lives (`store`).
     pub store: crate::StoreConfig,
+    /// How people sign in to upstream servers (`signin`).
+    pub signin: crate::SignInConfig,
     /// The values above that must never leave the host: what `${VAR}`
     /// gave, upstream `env` and `headers`, URL passwords, tokens.
     pub secrets: crate::Redactor,
@@ -44,6 +48,40 @@ pub struct MetricsConfig {
     /// stay private while `/mcp` is public (`serve --metrics ADDR` wins).
     /// None: no metrics listener.
     pub listen: Option<std::net::SocketAddr>,
+}
+
+/// The `http` section: what the HTTP listener allows a connection before
+/// any request on it is authenticated, so slow or many connections cannot
+/// hold the server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HttpConfig {
+    /// A request's line and headers must arrive within this many seconds of
+    /// its first byte.
+    pub header_timeout_seconds: u64,
+    /// A request's headers and body must arrive within this many seconds of
+    /// its first byte (the answer may stream for longer).
+    pub request_timeout_seconds: u64,
+    /// A connection with no request under way is closed when no byte of a
+    /// new one has come for this many seconds.
+    pub idle_timeout_seconds: u64,
+    /// The most connections held at once. None: the open-file limit less a
+    /// reserve for the server's own work (a quarter, at least 256).
+    pub max_connections: Option<u64>,
+    /// The most connections held at once from one peer address; 0: no
+    /// per-peer cap (behind a proxy, every client is the proxy's address).
+    pub max_connections_per_peer: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            header_timeout_seconds: 10,
+            request_timeout_seconds: 60,
+            idle_timeout_seconds: 30,
+            max_connections: None,
+            max_connections_per_peer: 256,
+        }
+    }
 }
 
 /// The `search` section.
@@ -119,13 +157,41 @@ pub struct UpstreamConfig {
     pub timeout_seconds: u64,
     /// Time allowed to start a server and finish the MCP handshake.
     pub connect_timeout_seconds: u64,
+    /// The most tools one server may list; a server over it is marked
+    /// unavailable with the reason.
+    pub max_tools: u64,
+    /// The most pages of `tools/list` read from one server per listing.
+    pub max_list_pages: u64,
+    /// The most bytes of tool definitions (as JSON) one server may list.
+    pub max_list_bytes: u64,
+    /// At most one re-list of a server that says its tools changed this
+    /// often; a server that keeps changing waits twice as long each time,
+    /// up to [`MAX_LIST_CHANGED_BACKOFF_SECONDS`].
+    pub list_changed_interval_seconds: u64,
+    /// Lines a second a stdio server may write to our log from its stderr
+    /// (a burst of as many again); the rest are counted and dropped.
+    pub stderr_lines_per_second: u64,
+    /// Bytes of stderr a stdio server may write to our log in all (each
+    /// tenant's processes of it, across their restarts); after that one
+    /// line says the rest is dropped.
+    pub stderr_max_bytes: u64,
 }
+
+/// The longest wait between two re-lists of a server that keeps saying
+/// its tools changed.
+pub const MAX_LIST_CHANGED_BACKOFF_SECONDS: u64 = 60;
 
 impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
             timeout_seconds: 60,
             connect_timeout_seconds: 30,
+            max_tools: 5_000,
+            max_list_pages: 100,
+            max_list_bytes: 16 << 20,
+            list_changed_interval_seconds: 2,
+            stderr_lines_per_second: 100,
+            stderr_max_bytes: 4 << 20,
         }
     }
 }
@@ -138,6 +204,13 @@ pub struct ServerConfig {
     pub disabled: bool,
     /// Per-call timeout for this server, when set (else the global default).
     pub timeout_seconds: Option<u64>,
+    /// One process (one state) for every tenant, instead of one per tenant
+    /// (`"shared": true`): said in `list_tool_categories` and `doctor`.
+    pub shared: bool,
+    /// Whose credential an http or sse server's calls carry.
+    pub auth: crate::UpstreamAuth,
+    /// The OAuth client it signs in as (`oauth`).
+    pub oauth: crate::UpstreamOAuth,
 }
 
 /// How to reach an upstream server. Credentials (`env`, `headers`) are

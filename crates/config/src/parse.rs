@@ -124,9 +124,11 @@ impl Cx<'_> {
                 "policy" => (config.policy, config.audit) = self.policy(value),
                 "search" => config.search = self.search(value),
                 "metrics" => config.metrics = self.metrics(value),
+                "http" => config.http = self.http(value),
                 "auth" => config.auth = self.auth(value),
                 "quotas" => config.quotas = self.quotas(value),
                 "store" => config.store = self.store(value),
+                "signin" => config.signin = self.signin(value),
                 "tools_registry" => {
                     config.tools_registry =
                         self.expanded("tools_registry", value).map(PathBuf::from)
@@ -167,6 +169,14 @@ impl Cx<'_> {
         }
         for token in config.auth.tokens.values() {
             v.add(token.expose(), true);
+        }
+        for server in config.servers.values() {
+            if let Some(secret) = &server.oauth.client_secret {
+                v.add(secret.expose(), true);
+            }
+        }
+        if let Some(key) = &config.signin.token_key {
+            v.add(key.expose(), true);
         }
         if let Some(store) = &config.store.url
             && let Ok(url) = url::Url::parse(store.expose())
@@ -321,15 +331,17 @@ impl Cx<'_> {
         for field in obj.keys() {
             let known = match field.as_str() {
                 "type" | "disabled" | "timeout_seconds" => true,
-                "command" | "args" | "env" | "cwd" => ty == "stdio",
-                "url" | "headers" => ty != "stdio",
+                "command" | "args" | "env" | "cwd" | "shared" => ty == "stdio",
+                "url" | "headers" | "auth" | "oauth" => ty != "stdio",
                 _ => false,
             };
             if known {
                 continue;
             }
-            let is_transport_field =
-                ["command", "args", "env", "cwd", "url", "headers"].contains(&field.as_str());
+            let is_transport_field = [
+                "command", "args", "env", "cwd", "shared", "url", "headers", "auth", "oauth",
+            ]
+            .contains(&field.as_str());
             if is_transport_field {
                 self.problem(
                     format!("{key}.{field}"),
@@ -343,6 +355,18 @@ impl Cx<'_> {
             Some(v) => self.positive(&format!("{key}.timeout_seconds"), v, 1, 86_400, "seconds"),
             None => None,
         };
+        let shared = match obj.get("shared") {
+            Some(v) => self.boolean(&format!("{key}.shared"), v).unwrap_or(false),
+            None => false,
+        };
+        let auth = match obj.get("auth") {
+            Some(v) => self.upstream_auth(&format!("{key}.auth"), v),
+            None => crate::UpstreamAuth::default(),
+        };
+        let oauth = match obj.get("oauth") {
+            Some(v) => self.upstream_oauth(&format!("{key}.oauth"), v),
+            None => crate::UpstreamOAuth::default(),
+        };
         let transport = match ty {
             "stdio" => self.stdio(key, obj)?,
             _ => self.remote(key, ty, obj)?,
@@ -352,6 +376,9 @@ impl Cx<'_> {
             transport,
             disabled,
             timeout_seconds,
+            shared,
+            auth,
+            oauth,
         })
     }
 
@@ -787,6 +814,56 @@ impl Cx<'_> {
         m
     }
 
+    fn http(&mut self, value: &Value) -> crate::HttpConfig {
+        let mut h = crate::HttpConfig::default();
+        let Some(obj) = self.object("http", value) else {
+            return h;
+        };
+        for (field, v) in obj {
+            let key = format!("http.{field}");
+            match field.as_str() {
+                "header_timeout_seconds" => {
+                    h.header_timeout_seconds = self
+                        .positive(&key, v, 1, 3600, "seconds")
+                        .unwrap_or(h.header_timeout_seconds)
+                }
+                "request_timeout_seconds" => {
+                    h.request_timeout_seconds = self
+                        .positive(&key, v, 1, 86_400, "seconds")
+                        .unwrap_or(h.request_timeout_seconds)
+                }
+                "idle_timeout_seconds" => {
+                    h.idle_timeout_seconds = self
+                        .positive(&key, v, 1, 86_400, "seconds")
+                        .unwrap_or(h.idle_timeout_seconds)
+                }
+                "max_connections" => {
+                    h.max_connections = self
+                        .positive(&key, v, 1, 10_000_000, "connections")
+                        .or(h.max_connections)
+                }
+                "max_connections_per_peer" => {
+                    h.max_connections_per_peer = self
+                        .positive(&key, v, 0, 10_000_000, "connections")
+                        .unwrap_or(h.max_connections_per_peer)
+                }
+                _ => self.unknown(&key, HTTP_KEYS),
+            }
+        }
+        if h.header_timeout_seconds > h.request_timeout_seconds {
+            self.problem(
+                "http.header_timeout_seconds",
+                format!(
+                    "the headers' {} s is longer than the whole request's {} s \
+                     (http.request_timeout_seconds, which counts the headers too); \
+                     make it shorter or raise http.request_timeout_seconds",
+                    h.header_timeout_seconds, h.request_timeout_seconds
+                ),
+            );
+        }
+        h
+    }
+
     fn search(&mut self, value: &Value) -> SearchConfig {
         let mut s = SearchConfig::default();
         let Some(obj) = self.object("search", value) else {
@@ -831,7 +908,37 @@ impl Cx<'_> {
                         .positive(&key, v, 1, 3600, "seconds")
                         .unwrap_or(u.connect_timeout_seconds)
                 }
-                _ => self.unknown(&key, &["timeout_seconds", "connect_timeout_seconds"]),
+                "max_tools" => {
+                    u.max_tools = self
+                        .positive(&key, v, 1, 1_000_000, "tools")
+                        .unwrap_or(u.max_tools)
+                }
+                "max_list_pages" => {
+                    u.max_list_pages = self
+                        .positive(&key, v, 1, 100_000, "pages")
+                        .unwrap_or(u.max_list_pages)
+                }
+                "max_list_bytes" => {
+                    u.max_list_bytes = self
+                        .positive(&key, v, 1024, 1 << 30, "bytes")
+                        .unwrap_or(u.max_list_bytes)
+                }
+                "list_changed_interval_seconds" => {
+                    u.list_changed_interval_seconds = self
+                        .positive(&key, v, 0, 3600, "seconds")
+                        .unwrap_or(u.list_changed_interval_seconds)
+                }
+                "stderr_lines_per_second" => {
+                    u.stderr_lines_per_second = self
+                        .positive(&key, v, 0, 1_000_000, "lines")
+                        .unwrap_or(u.stderr_lines_per_second)
+                }
+                "stderr_max_bytes" => {
+                    u.stderr_max_bytes = self
+                        .positive(&key, v, 0, 1 << 40, "bytes")
+                        .unwrap_or(u.stderr_max_bytes)
+                }
+                _ => self.unknown(&key, UPSTREAM_KEYS),
             }
         }
         u
@@ -1087,6 +1194,93 @@ impl Cx<'_> {
         store
     }
 
+    fn upstream_auth(&mut self, key: &str, value: &Value) -> crate::UpstreamAuth {
+        use crate::UpstreamAuth;
+        match value.as_str() {
+            Some("per-person") => UpstreamAuth::PerPerson,
+            Some("shared") => UpstreamAuth::Shared,
+            Some("none") => UpstreamAuth::None,
+            _ => {
+                self.problem(
+                    key,
+                    format!(
+                        "expected \"per-person\" (each person signs in), \"shared\" (the operator \
+                         signs in once for everyone) or \"none\", got {value}"
+                    ),
+                );
+                UpstreamAuth::default()
+            }
+        }
+    }
+
+    fn upstream_oauth(&mut self, key: &str, value: &Value) -> crate::UpstreamOAuth {
+        let mut oauth = crate::UpstreamOAuth::default();
+        let Some(obj) = self.object(key, value) else {
+            return oauth;
+        };
+        for (field, v) in obj {
+            let at = format!("{key}.{field}");
+            match field.as_str() {
+                "client_id" => oauth.client_id = self.expanded(&at, v).filter(|s| !s.is_empty()),
+                "client_secret" => {
+                    oauth.client_secret = self
+                        .expanded(&at, v)
+                        .filter(|s| !s.is_empty())
+                        .map(Secret::new)
+                }
+                "scopes" => oauth.scopes = self.string_list(&at, v).unwrap_or_default(),
+                "api_key_header" => match self.string(&at, v) {
+                    Some(h) if header_name(&h) => oauth.api_key_header = Some(h),
+                    Some(h) => self.problem(&at, format!("{h:?} is not an HTTP header name")),
+                    None => {}
+                },
+                _ => self.unknown(
+                    &at,
+                    &["client_id", "client_secret", "scopes", "api_key_header"],
+                ),
+            }
+        }
+        if oauth.client_secret.is_some() && oauth.client_id.is_none() {
+            self.problem(
+                format!("{key}.client_secret"),
+                "a client_secret needs the client_id it was issued with",
+            );
+        }
+        oauth
+    }
+
+    fn signin(&mut self, value: &Value) -> crate::SignInConfig {
+        let mut s = crate::SignInConfig::default();
+        let Some(obj) = self.object("signin", value) else {
+            return s;
+        };
+        for (field, v) in obj {
+            let key = format!("signin.{field}");
+            match field.as_str() {
+                "token_key" => {
+                    s.token_key = self
+                        .expanded(&key, v)
+                        .filter(|k| !k.is_empty())
+                        .map(Secret::new)
+                }
+                "token_key_file" => s.token_key_file = self.expanded(&key, v).map(PathBuf::from),
+                "public_url" => {
+                    if let Some(text) = self.expanded(&key, v) {
+                        s.public_url = self.http_url(&key, &text);
+                    }
+                }
+                "timeout_seconds" => {
+                    s.timeout_seconds = self
+                        .positive(&key, v, 10, 3600, "seconds")
+                        .unwrap_or(s.timeout_seconds)
+                }
+                "client_name" => s.client_name = self.string(&key, v).unwrap_or(s.client_name),
+                _ => self.unknown(&key, SIGNIN_KEYS),
+            }
+        }
+        s
+    }
+
     // --- typed leaves -------------------------------------------------------
 
     fn unknown(&mut self, key: &str, expected: &[&str]) {
@@ -1267,6 +1461,16 @@ const SANDBOX_KEYS: &[&str] = &[
     "max_sessions",
 ];
 const PII_KEYS: &[&str] = &["mode", "types", "restore_to"];
+const UPSTREAM_KEYS: &[&str] = &[
+    "timeout_seconds",
+    "connect_timeout_seconds",
+    "max_tools",
+    "max_list_pages",
+    "max_list_bytes",
+    "list_changed_interval_seconds",
+    "stderr_lines_per_second",
+    "stderr_max_bytes",
+];
 const POLICY_KEYS: &[&str] = &[
     "default",
     "rules",
@@ -1276,6 +1480,27 @@ const POLICY_KEYS: &[&str] = &[
     "audit",
 ];
 const WORKSPACE_KEYS: &[&str] = &["max_file_bytes"];
+const HTTP_KEYS: &[&str] = &[
+    "header_timeout_seconds",
+    "request_timeout_seconds",
+    "idle_timeout_seconds",
+    "max_connections",
+    "max_connections_per_peer",
+];
+const SIGNIN_KEYS: &[&str] = &[
+    "token_key",
+    "token_key_file",
+    "public_url",
+    "timeout_seconds",
+    "client_name",
+];
+/// Whether `name` is a header name (RFC 9110 token characters).
+fn header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
 const QUOTA_KEYS: &[&str] = &[
     "concurrent_executions",
     "executions_per_minute",

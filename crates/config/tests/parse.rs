@@ -363,6 +363,50 @@ fn the_metrics_section_names_its_listener() -> Result<(), ConfigError> {
 }
 
 #[test]
+fn the_http_section_sets_the_listeners_limits() -> Result<(), ConfigError> {
+    let defaults = parse("{}")?.config.http;
+    assert_eq!(defaults, cem_config::HttpConfig::default());
+    assert_eq!(defaults.max_connections, None);
+    assert!(defaults.header_timeout_seconds <= defaults.request_timeout_seconds);
+    let set = parse(
+        r#"{"http": {"header_timeout_seconds": 2, "request_timeout_seconds": 5,
+             "idle_timeout_seconds": 3, "max_connections": 100, "max_connections_per_peer": 0}}"#,
+    )?
+    .config
+    .http;
+    assert_eq!(
+        (
+            set.header_timeout_seconds,
+            set.request_timeout_seconds,
+            set.idle_timeout_seconds,
+            set.max_connections,
+            set.max_connections_per_peer,
+        ),
+        (2, 5, 3, Some(100), 0)
+    );
+    let e = error(r#"{"http": {"header_timeout_seconds": 0}}"#);
+    assert!(
+        e.contains("http.header_timeout_seconds") && e.contains("from 1 to 3600"),
+        "{e}"
+    );
+    let e = error(r#"{"http": {"header_timeout_seconds": 90}}"#);
+    assert!(
+        e.contains("http.header_timeout_seconds") && e.contains("http.request_timeout_seconds"),
+        "{e}"
+    );
+    let e = error(r#"{"http": {"max_connections": 0}}"#);
+    assert!(e.contains("http.max_connections"), "{e}");
+    let e = error(r#"{"http": {"read_timeout": 5}}"#);
+    assert!(
+        e.contains("http.read_timeout")
+            && e.contains("unknown key")
+            && e.contains("header_timeout_seconds"),
+        "{e}"
+    );
+    Ok(())
+}
+
+#[test]
 fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
     assert!(parse("{}")?.config.search.semantic);
     assert!(parse("{}")?.config.search.learn);
