@@ -17,6 +17,7 @@
 //! store: only holders of the database credential can read it).
 
 mod audit;
+mod credentials;
 mod error;
 mod learned;
 mod quota;

@@ -72,6 +72,15 @@ CREATE TABLE cem_last_search (
 );
 "#,
     ),
+    (
+        4,
+        r#"
+CREATE TABLE cem_upstream_credentials (
+    tenant text NOT NULL, server text NOT NULL, sealed bytea NOT NULL, updated_at bigint NOT NULL,
+    PRIMARY KEY (tenant, server)
+);
+"#,
+    ),
 ];
 
 /// Applies the migrations this store lacks, under a lock so nodes that

@@ -17,6 +17,9 @@ pub enum SessionKind {
     /// An execution running as a task (its task id), polled with
     /// `tasks/get`.
     Task,
+    /// A person's sign-in to an upstream, waiting for their browser's
+    /// callback (keyed by a digest of its `state`; no tenant).
+    SignIn,
 }
 
 impl SessionKind {
@@ -26,6 +29,7 @@ impl SessionKind {
             SessionKind::Mcp => "mcp",
             SessionKind::Paused => "paused",
             SessionKind::Task => "task",
+            SessionKind::SignIn => "signin",
         }
     }
 }
@@ -95,5 +99,66 @@ impl Cluster {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// The store as the sign-ins' [`cem_signin::Directory`]: which node waits
+/// for which callback.
+#[derive(Debug)]
+struct SignIns(std::sync::Arc<Cluster>);
+
+/// A callback's record names no tenant (the callback does not say whose).
+const NO_TENANT: &str = "";
+
+impl Cluster {
+    /// Where this deployment's nodes say which of them waits for a
+    /// sign-in's callback.
+    pub fn signin_directory(
+        self: &std::sync::Arc<Self>,
+    ) -> std::sync::Arc<dyn cem_signin::Directory> {
+        std::sync::Arc::new(SignIns(self.clone()))
+    }
+}
+
+#[async_trait::async_trait]
+impl cem_signin::Directory for SignIns {
+    async fn started(&self, key: &str) {
+        if let Err(e) = self.0.claim(SessionKind::SignIn, NO_TENANT, key).await {
+            tracing::warn!(error = %e, "cannot record where a sign-in waits: its callback must reach this node");
+        }
+        // Sign-ins that never came back (a person who closed the tab)
+        // leave a row each; two hours is past any sign-in's deadline
+        // (signin.timeout_seconds is at most one).
+        let purged = async {
+            self.0
+                .client()
+                .await?
+                .execute(
+                    "DELETE FROM cem_sessions WHERE kind = 'signin' AND updated < now() - interval '2 hours'",
+                    &[],
+                )
+                .await?;
+            Ok::<(), ClusterError>(())
+        };
+        if let Err(e) = purged.await {
+            tracing::debug!(error = %e, "cannot purge old sign-in records");
+        }
+    }
+
+    async fn ended(&self, key: &str) {
+        if let Err(e) = self.0.release(SessionKind::SignIn, NO_TENANT, key).await {
+            tracing::debug!(error = %e, "cannot forget where a sign-in waited");
+        }
+    }
+
+    async fn node_of(&self, key: &str) -> Option<String> {
+        match self.0.locate(SessionKind::SignIn, NO_TENANT, key).await {
+            Ok(Some(node)) if node != self.0.node_url => Some(node),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot look up which node waits for a sign-in");
+                None
+            }
+        }
     }
 }
