@@ -119,6 +119,9 @@ mod tests {
             },
             disabled: false,
             timeout_seconds: None,
+            shared: false,
+            auth: Default::default(),
+            oauth: Default::default(),
         };
         store(dir.path(), &server, &[], Some("Use search before read."))
             .unwrap_or_else(|e| panic!("{e}"));

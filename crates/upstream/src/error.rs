@@ -16,6 +16,34 @@ pub enum UpstreamError {
     },
     #[error("upstream server '{server}' failed: {cause}")]
     Call { server: String, cause: String },
+    /// The server wants this person signed in (a `401`), or signed in with
+    /// more scope (a `403 insufficient_scope`): the host asks the person.
+    #[error("{}", sign_in_words(server, *step_up, why))]
+    SignInRequired {
+        server: String,
+        /// The `WWW-Authenticate` it answered with, when it did.
+        challenge: Option<String>,
+        step_up: bool,
+        why: String,
+    },
+}
+
+fn sign_in_words(server: &str, step_up: bool, why: &str) -> String {
+    let what = if step_up {
+        "more access than this person's sign-in gives"
+    } else {
+        "this person to sign in"
+    };
+    let why = if why.is_empty() {
+        String::new()
+    } else {
+        format!(" ({why})")
+    };
+    format!(
+        "upstream server '{server}' needs {what}{why}. The person signs in in their browser: \
+         from a client that supports URL elicitation the call asks them; otherwise they run \
+         `code-execution-mcp auth login {server}` and the code runs again"
+    )
 }
 
 impl UpstreamError {
@@ -24,7 +52,8 @@ impl UpstreamError {
             UpstreamError::UnknownServer(s) | UpstreamError::Disabled(s) => s,
             UpstreamError::Connect { server, .. }
             | UpstreamError::Timeout { server, .. }
-            | UpstreamError::Call { server, .. } => server,
+            | UpstreamError::Call { server, .. }
+            | UpstreamError::SignInRequired { server, .. } => server,
         }
     }
 }

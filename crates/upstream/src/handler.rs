@@ -1,13 +1,12 @@
 //! Our side of each upstream session: it listens for tool-list changes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rmcp::ClientHandler;
 use rmcp::RoleClient;
 use rmcp::model::{ClientConfig, Implementation, ProgressNotificationParam};
 use rmcp::service::NotificationContext;
-use tokio::sync::Notify;
 
 /// Where the progress of one call goes: (done, total, message).
 pub type ProgressFn = Arc<dyn Fn(f64, Option<f64>, Option<String>) + Send + Sync>;
@@ -15,12 +14,12 @@ pub type ProgressFn = Arc<dyn Fn(f64, Option<f64>, Option<String>) + Send + Sync
 /// Calls in flight that asked for progress, by progress token.
 pub type ProgressRoutes = Arc<std::sync::Mutex<std::collections::HashMap<String, ProgressFn>>>;
 
-/// Marks the server's tool list stale and wakes whoever rebuilds catalogs;
-/// hands a call's progress notifications to whoever asked for them.
+/// Passes the server's list_changed notices on (coalesced, see
+/// [`crate::relist`]); hands a call's progress notifications to whoever
+/// asked for them.
 #[derive(Clone)]
 pub struct Handler {
-    pub stale: Arc<AtomicBool>,
-    pub changed: Arc<Notify>,
+    pub notices: crate::relist::Notices,
     /// Bumped so the policy lists the tools again before the next call.
     pub generation: Arc<AtomicU64>,
     pub progress: ProgressRoutes,
@@ -50,9 +49,8 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.stale.store(true, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
-        self.changed.notify_waiters();
+        self.notices.notice();
     }
 }
 

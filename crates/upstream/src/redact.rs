@@ -60,6 +60,17 @@ impl UpstreamError {
                 server,
                 cause: r(cause),
             },
+            UpstreamError::SignInRequired {
+                server,
+                challenge,
+                step_up,
+                why,
+            } => UpstreamError::SignInRequired {
+                server,
+                challenge,
+                step_up,
+                why: r(why),
+            },
         }
     }
 }

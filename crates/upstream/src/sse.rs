@@ -26,6 +26,13 @@ pub enum SseError {
     NoEndpoint,
     #[error("the SSE server sent an endpoint on another origin ({0}); refused")]
     ForeignEndpoint(String),
+    /// A `401`, or a `403` with a Bearer challenge: it wants a sign-in.
+    #[error("GET {url} answered {status}: it asks for sign-in")]
+    Challenge {
+        url: String,
+        status: u16,
+        www_authenticate: String,
+    },
 }
 
 pub struct SseTransport {
@@ -41,13 +48,19 @@ impl SseTransport {
     pub async fn connect(
         url: &url::Url,
         headers: &BTreeMap<String, Secret>,
+        credential: Option<(String, String)>,
         timeout: Duration,
     ) -> Result<Self, SseError> {
         let mut header_map = reqwest::header::HeaderMap::new();
-        for (k, v) in headers {
+        let credential = credential.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.expose()))
+            .chain(credential)
+        {
             let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
                 .map_err(|e| SseError::Http(format!("header {k}: {e}")))?;
-            let value = reqwest::header::HeaderValue::from_str(v.expose())
+            let value = reqwest::header::HeaderValue::from_str(v)
                 .map_err(|_| SseError::Http(format!("header {k} has an invalid value")))?;
             header_map.insert(name, value);
         }
@@ -71,6 +84,21 @@ impl SseTransport {
             ))
         })?
         .map_err(|e| SseError::Http(e.to_string()))?;
+        let status = response.status().as_u16();
+        let challenge = response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| v.trim_start().to_ascii_lowercase().starts_with("bearer"));
+        if let Some(challenge) = challenge
+            && (status == 401 || status == 403)
+        {
+            return Err(SseError::Challenge {
+                url: url.to_string(),
+                status,
+                www_authenticate: challenge.to_string(),
+            });
+        }
         if !response.status().is_success() {
             return Err(SseError::Http(format!(
                 "GET {url} answered {}",

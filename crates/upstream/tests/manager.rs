@@ -36,6 +36,9 @@ fn fault_server_with(
             },
             disabled: false,
             timeout_seconds: None,
+            shared: false,
+            auth: Default::default(),
+            oauth: Default::default(),
         },
     );
     let cache = tempfile::tempdir().map_err(|e| e.to_string())?;
