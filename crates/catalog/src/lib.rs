@@ -16,6 +16,7 @@ mod prepared;
 pub mod python;
 pub mod registry;
 mod semantic;
+mod source;
 mod text;
 mod tuning;
 pub mod typed;

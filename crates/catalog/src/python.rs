@@ -4,12 +4,80 @@
 use serde_json::Value;
 
 use crate::Entry;
+pub use crate::source::{clean_text, string_literal};
 use crate::typed::Types;
 
 /// A Python identifier for a name (`get-sum` → `get_sum`, `2fa` → `_2fa`,
 /// `class` → `class_`): one definition, shared with the policy, whose rules
 /// match the names code uses.
 pub use cem_policy::{is_keyword, python_name as alias};
+
+/// The longest module, function or parameter name written as is: any name
+/// the MCP spec allows (128 characters) fits, and `<name>.pyi` stays far
+/// below the 255 bytes a file name may have (a 300-character tool name
+/// failed with ENAMETOOLONG and stopped every server's wrappers after it).
+const MAX_NAME: usize = 128;
+/// Hex digits of the name's hash a bounded name ends with.
+const HASH_DIGITS: usize = 8;
+
+/// The Python name of a tool's module and function, or of a server's
+/// package: [`alias`] when that is an ordinary spelling of the name (`get-sum`
+/// → `get_sum`, `2fa` → `_2fa`, as always); otherwise a cut of it plus a
+/// hash of the whole name (`_` and 8 hex digits), stable across runs and
+/// distinct for distinct names. Otherwise means: longer than [`MAX_NAME`],
+/// with characters beyond ASCII letters, digits and `_-./: ` (any of which
+/// could make two names one), with no letter or digit at all, or a name the
+/// package itself needs (`__init__`, the wrapper's `_cem_call_tool`).
+pub fn module_name(name: &str) -> String {
+    bounded(name, "tool", reserved)
+}
+
+/// A parameter's Python name, by the same rule as [`module_name`] (`arg_`
+/// plus the hash for a name of symbols only). A parameter may be called
+/// anything else: one named like the wrapper's own names gets `_2` (see
+/// [`typed_params`]), as always.
+fn param_name(name: &str) -> String {
+    bounded(name, "arg", |_| false)
+}
+
+fn bounded(name: &str, fallback: &str, reserved: fn(&str) -> bool) -> String {
+    let base = alias(name);
+    let ordinary = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '/' | ':' | ' '))
+        && name.chars().any(|c| c.is_ascii_alphanumeric());
+    if ordinary && base.len() <= MAX_NAME && !reserved(&base) {
+        return base;
+    }
+    // `alias` is ASCII, so any byte is a char boundary.
+    let room = MAX_NAME - 1 - HASH_DIGITS;
+    let cut = base[..base.len().min(room)].trim_end_matches('_');
+    let stem = if cut.chars().any(|c| c.is_ascii_alphanumeric()) {
+        cut
+    } else {
+        fallback
+    };
+    format!("{stem}_{}", short_hash(name))
+}
+
+/// Names a generated package must keep for itself: a tool called
+/// `__init__` would replace the package's own module, one called
+/// `_cem_call_tool` would shadow the function every wrapper calls.
+fn reserved(name: &str) -> bool {
+    (name.len() > 4 && name.starts_with("__") && name.ends_with("__"))
+        || WRAPPER_NAMES.contains(&name)
+        || ["Any", "Literal", "NotRequired", "TypedDict"].contains(&name)
+}
+
+fn short_hash(name: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(name.as_bytes());
+    digest
+        .iter()
+        .take(HASH_DIGITS / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
 /// One parameter of a tool, from its input schema.
 pub struct Param {
@@ -66,7 +134,7 @@ impl Rendering {
         let star = if args.is_empty() { "" } else { "*, " };
         format!(
             "def {}({star}{}) -> {}",
-            alias(&entry.name),
+            module_name(&entry.name),
             args.join(", "),
             self.returns
         )
@@ -92,7 +160,7 @@ fn typed_params(entry: &Entry) -> (Vec<Param>, Types) {
                 .iter()
                 .map(|(name, prop)| Param {
                     name: name.clone(),
-                    alias: alias(name),
+                    alias: param_name(name),
                     ty: types.of(prop, name),
                     required: required.contains(&name.as_str()),
                     description: prop
@@ -152,7 +220,7 @@ pub fn typed(entry: &Entry) -> Typed {
             let key = if p.alias == p.name {
                 String::new()
             } else {
-                format!(" (key {:?})", p.name)
+                format!(" (key {})", string_literal(&p.name))
             };
             let note = if p.note.is_empty() {
                 String::new()
@@ -177,7 +245,7 @@ fn example(entry: &Entry, params: &[Param]) -> String {
         .filter(|p| p.required)
         .map(|p| format!("{}={}", p.alias, placeholder(&p.ty)))
         .collect();
-    format!("{}({})", alias(&entry.name), args.join(", "))
+    format!("{}({})", module_name(&entry.name), args.join(", "))
 }
 
 fn placeholder(ty: &str) -> &'static str {
@@ -199,9 +267,19 @@ fn placeholder(ty: &str) -> &'static str {
     }
 }
 
-/// Text safe inside a `"""` docstring.
+/// Text safe inside a `"""` docstring: cleaned (see [`clean_text`]), every
+/// backslash doubled (so none escapes the closing quotes or makes a bad
+/// escape), and every `"` after a `"` escaped, so no run of three closes it.
 fn in_docstring(text: &str) -> String {
-    text.replace('\\', "\\\\").replace("\"\"\"", "'''")
+    let mut out = String::with_capacity(text.len());
+    for c in clean_text(text, true).chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' if out.ends_with('"') => out.push_str("\\\""),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The description, the arguments and, when the types name classes, their
@@ -211,14 +289,12 @@ fn docstring(entry: &Entry, params: &[Param], classes: &str) -> String {
     if !params.is_empty() {
         doc.push_str("\n\nArgs:");
         for p in params {
-            let desc = in_docstring(p.description.as_deref().unwrap_or(""));
+            let desc = clean_text(p.description.as_deref().unwrap_or(""), true);
             let opt = if p.required { "" } else { ", optional" };
-            doc.push_str(&format!(
-                "\n    {} ({}{opt}): {}",
-                p.alias,
-                p.ty,
-                desc.trim()
-            ));
+            // The type may hold literals (`Literal["a\\x00"]`): escaped too.
+            let line = format!("{} ({}{opt}): {}", p.alias, p.ty, desc.trim());
+            doc.push_str("\n    ");
+            doc.push_str(&in_docstring(&line));
         }
     }
     if !classes.is_empty() {
@@ -235,18 +311,24 @@ fn docstring(entry: &Entry, params: &[Param], classes: &str) -> String {
 pub fn wrapper_module(entry: &Entry) -> String {
     let rendering = Rendering::of(entry);
     let params = &rendering.params;
-    let fn_name = alias(&entry.name);
+    let fn_name = module_name(&entry.name);
     let mut body = String::new();
     // Its own names cannot be a parameter's (see `WRAPPER_NAMES`): a tool
     // may well have an `arguments` parameter.
     body.push_str("    _cem_arguments = {}\n");
     for p in params {
         if p.required {
-            body.push_str(&format!("    _cem_arguments[{:?}] = {}\n", p.name, p.alias));
+            body.push_str(&format!(
+                "    _cem_arguments[{}] = {}\n",
+                string_literal(&p.name),
+                p.alias
+            ));
         } else {
             body.push_str(&format!(
-                "    if {} is not None:\n        _cem_arguments[{:?}] = {}\n",
-                p.alias, p.name, p.alias
+                "    if {} is not None:\n        _cem_arguments[{}] = {}\n",
+                p.alias,
+                string_literal(&p.name),
+                p.alias
             ));
         }
     }
@@ -257,11 +339,12 @@ pub fn wrapper_module(entry: &Entry) -> String {
          from __future__ import annotations\n\n\
          from typing import Any, Literal\n\n\
          from cem_tools import call_tool as _cem_call_tool\n\n\n\
-         {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return _cem_call_tool({qualified:?}, _cem_arguments)\n\n\n\
-         __all__ = [{fn_name:?}]\n",
+         {sig}:\n    \"\"\"{doc}\n    \"\"\"\n{body}    return _cem_call_tool({qualified}, _cem_arguments)\n\n\n\
+         __all__ = [{all}]\n",
         sig = rendering.signature(entry),
         doc = docstring(entry, params, &rendering.classes),
-        qualified = format!("{}.{}", entry.category, entry.name),
+        qualified = string_literal(&entry.qualified_name()),
+        all = string_literal(&fn_name),
     )
 }
 
@@ -286,7 +369,7 @@ mod tests {
     use crate::EntryKind;
     use serde_json::json;
 
-    fn entry() -> Entry {
+    pub(super) fn entry() -> Entry {
         Entry {
             kind: EntryKind::Upstream,
             category: "everything".into(),
@@ -385,7 +468,10 @@ mod tests {
     }
 
     /// Runs `code` with /usr/bin/python3 -c `runner` (the code on stdin).
-    fn python_accepts(runner: &str, code: &str) -> Result<bool, Box<dyn std::error::Error>> {
+    pub(super) fn python_accepts(
+        runner: &str,
+        code: &str,
+    ) -> Result<bool, Box<dyn std::error::Error>> {
         use std::io::Write;
         let mut child = std::process::Command::new("/usr/bin/python3")
             .args(["-c", runner])
@@ -486,7 +572,12 @@ mod tests {
                     let (versions, out) = (&versions, dir.path());
                     scope.spawn(move || -> std::io::Result<()> {
                         for i in 0..40 {
-                            write_wrappers(&[&versions[(w + i) % 2]], out, &mut |_, _| {})?;
+                            write_wrappers(
+                                &[&versions[(w + i) % 2]],
+                                out,
+                                std::path::Path::new("/usr/bin/python3"),
+                                &mut |_, _| {},
+                            )?;
                         }
                         Ok(())
                     })
@@ -518,86 +609,238 @@ mod tests {
     }
 }
 
+/// A tool or a server the wrappers leave out, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The server's own name.
+    pub server: String,
+    /// The tool's own name; `None` when the whole server is left out.
+    pub tool: Option<String>,
+    pub reason: String,
+}
+
 /// What [`write_wrappers`] did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Generated {
+    /// Servers whose package was written (or was already up to date).
     pub servers: usize,
+    /// Tools whose module was written (or was already up to date).
     pub tools: usize,
     /// Files written because they were new or changed.
     pub written: usize,
     /// Generated files removed because their tool is gone.
     pub removed: usize,
+    /// Tools and servers left out: each is for the caller to log.
+    pub skipped: Vec<Skipped>,
+    /// Set when the interpreter could not be run to check the modules, and
+    /// they were installed unchecked: why.
+    pub unchecked: Option<String>,
 }
 
 /// Marker of a directory we generated (and may prune).
 const MARKER: &str = ".generated-by-code-execution-mcp";
 
+/// A file written under a temporary name beside its destination, not yet
+/// in place.
+struct Staged {
+    tmp: tempfile::NamedTempFile,
+    dest: std::path::PathBuf,
+    checked: bool,
+}
+
+/// One tool's module and stub as they are being written.
+struct ToolFiles<'a> {
+    entry: &'a Entry,
+    module: String,
+    /// The files that changed (none when both are up to date).
+    staged: Vec<Staged>,
+    failed: bool,
+}
+
+/// One server's package as it is being written.
+struct Package<'a> {
+    /// The server's own name (the first one, when two spell one package).
+    server: String,
+    dir: std::path::PathBuf,
+    tools: Vec<ToolFiles<'a>>,
+    init: Option<Staged>,
+    /// The tools changed since `init` was staged.
+    init_stale: bool,
+    failed: bool,
+}
+
 /// Writes `servers/<server>/{__init__.py, <tool>.py, <tool>.pyi}` under
 /// `out` for the upstream entries, leaving unchanged files untouched (so a
 /// second run writes nothing). `progress` is told (done, total).
+///
+/// Every file that changed is written under a temporary name, compiled by
+/// `python` (the interpreter the sandbox runs; one process for all of them)
+/// and only then put in place. What cannot be written or does not compile
+/// leaves out that tool (or, for its `__init__.py` or its directory, that
+/// server) and is listed in [`Generated::skipped`]: every other server's
+/// package is still written. Only the `servers` directory itself failing
+/// is an error.
 pub fn write_wrappers(
     entries: &[&Entry],
     out: &std::path::Path,
+    python: &std::path::Path,
     progress: &mut dyn FnMut(usize, usize),
 ) -> std::io::Result<Generated> {
     use std::collections::BTreeMap;
     let root = out.join("servers");
     std::fs::create_dir_all(&root)?;
+    let mut stats = Generated::default();
     let mut by_server: BTreeMap<String, Vec<&Entry>> = BTreeMap::new();
     for e in entries {
-        by_server.entry(alias(&e.category)).or_default().push(e);
+        by_server
+            .entry(module_name(&e.category))
+            .or_default()
+            .push(e);
     }
-    let mut stats = Generated {
-        servers: by_server.len(),
-        ..Default::default()
-    };
     let total = entries.len();
     let mut done = 0;
-    let mut root_init = String::from(
-        "\"\"\"Generated wrappers of the upstream MCP servers' tools.\"\"\"\n\n__all__ = [\n",
-    );
-    for (server, tools) in &by_server {
-        root_init.push_str(&format!("    {server:?},\n"));
-        let dir = root.join(server);
-        std::fs::create_dir_all(&dir)?;
-        write_if_changed(&dir.join(MARKER), "", &mut stats)?;
-        let mut keep: Vec<String> = vec![MARKER.into(), "__init__.py".into()];
-        let mut init = format!(
-            "\"\"\"Tools of the '{}' MCP server.\"\"\"\n\n",
-            tools[0].category
-        );
-        let mut names = Vec::new();
-        for entry in tools {
-            let module = alias(&entry.name);
-            write_if_changed(
-                &dir.join(format!("{module}.py")),
-                &wrapper_module(entry),
-                &mut stats,
-            )?;
-            write_if_changed(&dir.join(format!("{module}.pyi")), &stub(entry), &mut stats)?;
-            keep.push(format!("{module}.py"));
-            keep.push(format!("{module}.pyi"));
-            init.push_str(&format!("from .{module} import {module}\n"));
-            names.push(format!("{module:?}"));
-            stats.tools += 1;
+    let mut packages: Vec<Package> = Vec::new();
+    for (name, tools) in &by_server {
+        let server = tools[0].category.clone();
+        let dir = root.join(name);
+        let made = std::fs::create_dir_all(&dir)
+            .and_then(|()| write_if_changed(&dir.join(MARKER), "", &mut stats));
+        if let Err(e) = made {
+            stats.skipped.push(Skipped {
+                server,
+                tool: None,
+                reason: format!("cannot write its directory {}: {e}", dir.display()),
+            });
+            done += tools.len();
+            progress(done, total);
+            continue;
+        }
+        let mut package = Package {
+            server,
+            dir,
+            tools: Vec::new(),
+            init: None,
+            init_stale: true,
+            failed: false,
+        };
+        for (entry, module) in modules(tools, &mut stats.skipped) {
+            let staged = stage_tool(&package.dir, entry, module);
             done += 1;
             progress(done, total);
-        }
-        init.push_str(&format!("\n__all__ = [{}]\n", names.join(", ")));
-        write_if_changed(&dir.join("__init__.py"), &init, &mut stats)?;
-        for old in std::fs::read_dir(&dir)?.flatten() {
-            let name = old.file_name().to_string_lossy().into_owned();
-            if !keep.contains(&name)
-                && (name.ends_with(".py") || name.ends_with(".pyi"))
-                && remove_generated(&old.path(), false)?
-            {
-                stats.removed += 1;
+            match staged {
+                Ok(tool) => package.tools.push(tool),
+                Err(e) => stats.skipped.push(Skipped {
+                    server: entry.category.clone(),
+                    tool: Some(entry.name.clone()),
+                    reason: format!("cannot write its module: {e}"),
+                }),
             }
         }
+        packages.push(package);
     }
-    root_init.push_str("]\n");
-    write_if_changed(&root.join("__init__.py"), &root_init, &mut stats)?;
-    // Servers no longer configured: remove the directories we generated.
+    let mut root_init: Option<Staged> = None;
+    let mut root_stale = true;
+    // Check what changed; a tool that fails changes its server's
+    // `__init__.py`, which is checked again (in a second, small batch:
+    // only when something failed).
+    loop {
+        for package in packages.iter_mut().filter(|p| p.init_stale && !p.failed) {
+            package.init_stale = false;
+            match stage(&package.dir.join("__init__.py"), &package_init(package)) {
+                Ok(staged) => package.init = staged,
+                Err(e) => {
+                    package.failed = true;
+                    stats.skipped.push(Skipped {
+                        server: package.server.clone(),
+                        tool: None,
+                        reason: format!("cannot write its __init__.py: {e}"),
+                    });
+                    root_stale = true;
+                }
+            }
+        }
+        if root_stale {
+            root_stale = false;
+            root_init = stage(&root.join("__init__.py"), &servers_init(&packages))?;
+        }
+        let mut unchecked: Vec<&mut Staged> = Vec::new();
+        for package in packages.iter_mut().filter(|p| !p.failed) {
+            for tool in package.tools.iter_mut().filter(|t| !t.failed) {
+                unchecked.extend(tool.staged.iter_mut().filter(|s| !s.checked));
+            }
+            unchecked.extend(package.init.iter_mut().filter(|s| !s.checked));
+        }
+        unchecked.extend(root_init.iter_mut().filter(|s| !s.checked));
+        if unchecked.is_empty() {
+            break;
+        }
+        let paths: Vec<&std::path::Path> = unchecked.iter().map(|s| s.tmp.path()).collect();
+        let verdicts = match compile_all(python, &paths) {
+            Ok(verdicts) => verdicts,
+            Err(why) => {
+                stats.unchecked = Some(why);
+                vec![None; paths.len()]
+            }
+        };
+        let mut failures: std::collections::HashMap<std::path::PathBuf, String> =
+            std::collections::HashMap::new();
+        for (staged, verdict) in unchecked.into_iter().zip(verdicts) {
+            staged.checked = true;
+            if let Some(reason) = verdict {
+                failures.insert(staged.tmp.path().to_path_buf(), reason);
+            }
+        }
+        if failures.is_empty() {
+            break;
+        }
+        let failed = |s: &Staged| failures.get(s.tmp.path()).cloned();
+        for package in packages.iter_mut().filter(|p| !p.failed) {
+            for tool in package.tools.iter_mut().filter(|t| !t.failed) {
+                if let Some((file, reason)) = tool
+                    .staged
+                    .iter()
+                    .find_map(|s| failed(s).map(|r| (file_name(&s.dest), r)))
+                {
+                    stats.skipped.push(Skipped {
+                        server: tool.entry.category.clone(),
+                        tool: Some(tool.entry.name.clone()),
+                        reason: format!("its generated {file} does not compile: {reason}"),
+                    });
+                    tool.failed = true;
+                    tool.staged.clear();
+                    package.init_stale = true;
+                }
+            }
+            if let Some(reason) = package.init.as_ref().and_then(failed) {
+                stats.skipped.push(Skipped {
+                    server: package.server.clone(),
+                    tool: None,
+                    reason: format!("its generated __init__.py does not compile: {reason}"),
+                });
+                package.failed = true;
+                root_stale = true;
+            }
+        }
+        if let Some(reason) = root_init.as_ref().and_then(failed) {
+            // Written from package names alone, which are identifiers: a
+            // bug if ever seen. The old one stays.
+            stats.skipped.push(Skipped {
+                server: "servers".into(),
+                tool: None,
+                reason: format!("the generated servers/__init__.py does not compile: {reason}"),
+            });
+            root_init = None;
+        }
+    }
+    for package in packages.iter_mut().filter(|p| !p.failed) {
+        install_package(package, &mut stats);
+    }
+    if let Some(staged) = root_init {
+        persist(staged, &mut stats)?;
+    }
+    // Servers no longer configured: remove the directories we generated
+    // (not those of a server left out this time: its last good package
+    // stays).
     for old in std::fs::read_dir(&root)?.flatten() {
         let name = old.file_name().to_string_lossy().into_owned();
         if old.path().join(MARKER).is_file()
@@ -610,13 +853,245 @@ pub fn write_wrappers(
     Ok(stats)
 }
 
-fn write_if_changed(
-    path: &std::path::Path,
-    content: &str,
-    stats: &mut Generated,
-) -> std::io::Result<()> {
+/// The tools of one package with their module names, exact Python names
+/// first (a tool called `get_sum` keeps `get_sum` when `get-sum` is listed
+/// too); a tool whose module name another already has is left out.
+fn modules<'a>(tools: &[&'a Entry], skipped: &mut Vec<Skipped>) -> Vec<(&'a Entry, String)> {
+    let mut named: Vec<(&Entry, String)> =
+        tools.iter().map(|e| (*e, module_name(&e.name))).collect();
+    named.sort_by(|(a, am), (b, bm)| {
+        (a.name != *am, &a.name, &a.category).cmp(&(b.name != *bm, &b.name, &b.category))
+    });
+    let mut taken: std::collections::HashMap<String, &Entry> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(named.len());
+    for (entry, module) in named {
+        if let Some(first) = taken.get(&module) {
+            let reason = if first.name == entry.name && first.category == entry.category {
+                "the server lists it twice; the first is kept".to_string()
+            } else {
+                format!(
+                    "its Python name '{module}' is {}'s; call it with call_tool({}, {{...}})",
+                    first.qualified_name(),
+                    string_literal(&entry.qualified_name())
+                )
+            };
+            skipped.push(Skipped {
+                server: entry.category.clone(),
+                tool: Some(entry.name.clone()),
+                reason,
+            });
+            continue;
+        }
+        taken.insert(module.clone(), entry);
+        out.push((entry, module));
+    }
+    out
+}
+
+fn stage_tool<'a>(
+    dir: &std::path::Path,
+    entry: &'a Entry,
+    module: String,
+) -> std::io::Result<ToolFiles<'a>> {
+    let mut staged = Vec::new();
+    staged.extend(stage(
+        &dir.join(format!("{module}.py")),
+        &wrapper_module(entry),
+    )?);
+    staged.extend(stage(&dir.join(format!("{module}.pyi")), &stub(entry))?);
+    Ok(ToolFiles {
+        entry,
+        module,
+        staged,
+        failed: false,
+    })
+}
+
+/// A server's `__init__.py`, importing the tools not left out.
+fn package_init(package: &Package) -> String {
+    let mut init = format!(
+        "\"\"\"Tools of the '{}' MCP server.\"\"\"\n\n",
+        in_docstring(&package.server)
+    );
+    let mut names = Vec::new();
+    for tool in package.tools.iter().filter(|t| !t.failed) {
+        init.push_str(&format!("from .{m} import {m}\n", m = tool.module));
+        names.push(string_literal(&tool.module));
+    }
+    init.push_str(&format!("\n__all__ = [{}]\n", names.join(", ")));
+    init
+}
+
+/// `servers/__init__.py`, naming the packages not left out.
+fn servers_init(packages: &[Package]) -> String {
+    let mut init = String::from(
+        "\"\"\"Generated wrappers of the upstream MCP servers' tools.\"\"\"\n\n__all__ = [\n",
+    );
+    for package in packages.iter().filter(|p| !p.failed) {
+        let name = file_name(&package.dir);
+        init.push_str(&format!("    {},\n", string_literal(&name)));
+    }
+    init.push_str("]\n");
+    init
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Puts a checked package in place: its tools' files, then its
+/// `__init__.py`, then removes the modules of tools gone or left out.
+fn install_package(package: &mut Package, stats: &mut Generated) {
+    let mut keep: Vec<String> = vec![MARKER.into(), "__init__.py".into()];
+    for tool in package.tools.iter_mut().filter(|t| !t.failed) {
+        let mut installed = true;
+        for staged in tool.staged.drain(..) {
+            let dest = staged.dest.clone();
+            if let Err(e) = persist(staged, stats) {
+                // A rename in one directory: the old file, if any, stays.
+                installed = false;
+                stats.skipped.push(Skipped {
+                    server: tool.entry.category.clone(),
+                    tool: Some(tool.entry.name.clone()),
+                    reason: format!("cannot put {} in place: {e}", dest.display()),
+                });
+            }
+        }
+        keep.push(format!("{}.py", tool.module));
+        keep.push(format!("{}.pyi", tool.module));
+        if installed {
+            stats.tools += 1;
+        }
+    }
+    if let Some(staged) = package.init.take()
+        && let Err(e) = persist(staged, stats)
+    {
+        stats.skipped.push(Skipped {
+            server: package.server.clone(),
+            tool: None,
+            reason: format!("cannot put its __init__.py in place: {e}"),
+        });
+        return;
+    }
+    stats.servers += 1;
+    let Ok(listing) = std::fs::read_dir(&package.dir) else {
+        return;
+    };
+    for old in listing.flatten() {
+        let name = old.file_name().to_string_lossy().into_owned();
+        if !keep.contains(&name)
+            && (name.ends_with(".py") || name.ends_with(".pyi"))
+            && remove_generated(&old.path(), false).unwrap_or(false)
+        {
+            stats.removed += 1;
+        }
+    }
+}
+
+/// What each file compiles to with `python`: `None` when it compiles, else
+/// why not. All in one process; if that process dies before it answers (a
+/// file that crashes the compiler), halves are checked apart until the file
+/// is found. `Err` when the interpreter cannot be run at all.
+fn compile_all(
+    python: &std::path::Path,
+    paths: &[&std::path::Path],
+) -> Result<Vec<Option<String>>, String> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    match run_compiler(python, paths)? {
+        Some(verdicts) => Ok(verdicts),
+        None if paths.len() == 1 => Ok(vec![Some(
+            "the interpreter stopped while compiling it".into(),
+        )]),
+        None => {
+            // An interpreter that never answers (not a Python) would be
+            // bisected down to every file: asked once with nothing first.
+            if run_compiler(python, &[])?.is_none() {
+                return Err(format!(
+                    "{} ran but did not check anything (is it a Python 3?)",
+                    python.display()
+                ));
+            }
+            let (left, right) = paths.split_at(paths.len() / 2);
+            let mut verdicts = compile_all(python, left)?;
+            verdicts.extend(compile_all(python, right)?);
+            Ok(verdicts)
+        }
+    }
+}
+
+/// Compiles each file (NUL-separated paths on stdin) with warnings as
+/// errors (an invalid escape is a warning today and an error later), and
+/// prints `index<TAB>reason` for each that fails, then `done`.
+const COMPILE_ALL: &str = r#"import sys, warnings
+warnings.simplefilter("error")
+for i, p in enumerate(sys.stdin.buffer.read().split(b"\0")):
+    if not p:
+        continue
+    try:
+        with open(p, "rb") as f:
+            compile(f.read(), "wrapper", "exec", dont_inherit=True)
+    except Exception as e:
+        line = getattr(e, "lineno", None)
+        where = f" at line {line}" if line else ""
+        msg = getattr(e, "msg", None) or str(e)
+        print(f"{i}\t{type(e).__name__}{where}: {msg}".replace("\n", " ")[:400])
+print("done")
+"#;
+
+/// One run of [`COMPILE_ALL`]: `None` when it ended without saying `done`.
+fn run_compiler(
+    python: &std::path::Path,
+    paths: &[&std::path::Path],
+) -> Result<Option<Vec<Option<String>>>, String> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut child = std::process::Command::new(python)
+        // Isolated and without site: no PYTHON* variable or user site can
+        // change what compiles, and start-up is quicker.
+        .args(["-I", "-S", "-c", COMPILE_ALL])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let mut input = Vec::new();
+    for path in paths {
+        input.extend_from_slice(path.as_os_str().as_bytes());
+        input.push(0);
+    }
+    // The script reads all its input before it writes: no deadlock. A
+    // write error means it died, which its missing `done` says.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&input);
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() || text.lines().last() != Some("done") {
+        return Ok(None);
+    }
+    let mut verdicts = vec![None; paths.len()];
+    for line in text.lines() {
+        if let Some((index, reason)) = line.split_once('\t')
+            && let Ok(index) = index.parse::<usize>()
+            && let Some(slot) = verdicts.get_mut(index)
+        {
+            *slot = Some(reason.to_string());
+        }
+    }
+    Ok(Some(verdicts))
+}
+
+/// `content` under a temporary name of its own beside `path`, or `None`
+/// when `path` already holds it.
+fn stage(path: &std::path::Path, content: &str) -> std::io::Result<Option<Staged>> {
     if std::fs::read_to_string(path).ok().as_deref() == Some(content) {
-        return Ok(());
+        return Ok(None);
     }
     // A temporary name of its own in the same directory, then a rename:
     // readers (a sandbox importing the module) see the old file or the new
@@ -631,9 +1106,29 @@ fn write_if_changed(
         .permissions(std::fs::Permissions::from_mode(0o644))
         .tempfile_in(dir)?;
     tmp.write_all(content.as_bytes())?;
-    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(Some(Staged {
+        tmp,
+        dest: path.to_path_buf(),
+        checked: false,
+    }))
+}
+
+fn persist(staged: Staged, stats: &mut Generated) -> std::io::Result<()> {
+    staged.tmp.persist(&staged.dest).map_err(|e| e.error)?;
     stats.written += 1;
     Ok(())
+}
+
+/// Writes a file that needs no check (the empty marker) when it changed.
+fn write_if_changed(
+    path: &std::path::Path,
+    content: &str,
+    stats: &mut Generated,
+) -> std::io::Result<()> {
+    match stage(path, content)? {
+        Some(staged) => persist(staged, stats),
+        None => Ok(()),
+    }
 }
 
 /// Removes a generated file or directory; one already gone (removed by
@@ -650,3 +1145,8 @@ fn remove_generated(path: &std::path::Path, dir: bool) -> std::io::Result<bool> 
         Err(e) => Err(e),
     }
 }
+
+/// Wrappers from hostile metadata (issue 57): each class of name and text
+/// an upstream may send, checked by a real Python.
+#[cfg(test)]
+mod hostile;

@@ -11,6 +11,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::source::{clean_text, string_literal};
+
 /// Nesting followed before an object is shown as a plain `dict`.
 const MAX_DEPTH: usize = 6;
 /// Classes one tool may define (a schema with hundreds of nested objects is
@@ -258,9 +260,7 @@ fn literal(values: &[Value]) -> String {
             Value::Bool(false) => Some("False".into()),
             Value::Null => Some("None".into()),
             Value::Number(n) => Some(n.to_string()),
-            // A JSON string is a Python string literal (its escapes are
-            // Python's too); control characters come out escaped.
-            Value::String(_) => Some(v.to_string()),
+            Value::String(s) => Some(string_literal(s)),
             _ => None,
         })
         .collect();
@@ -336,16 +336,12 @@ pub fn comment(schema: &Value) -> String {
     }
     // A comment is one line of Python source: newlines would end it, and a
     // NUL (or any control character) makes the file unreadable.
-    parts
-        .join("; ")
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    clean_text(&parts.join("; "), false)
 }
 
 /// A Python string literal for a dict key or class name.
 fn quoted(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
+    string_literal(s)
 }
 
 /// `create_entities` → `CreateEntities`, `entity-type` → `EntityType`.
