@@ -155,19 +155,82 @@ pub struct Answered {
 pub trait Approver: Send + Sync {
     /// Asks; `Err` when the question could not be put (the call is refused).
     fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>>;
+
+    /// Hands the person a sign-in link (URL-mode elicitation): `Ok(true)`
+    /// when they went to sign in, `Ok(false)` when they declined; `Err`
+    /// when this client cannot be handed a link.
+    fn sign_in(&self, _link: SignInLink) -> BoxFuture<Result<bool, String>> {
+        Box::pin(async { Err("this client cannot be handed a sign-in link".to_string()) })
+    }
+}
+
+/// A sign-in for the person to open in their browser: the URL goes to
+/// their client alone (URL-mode elicitation), never to the model.
+pub struct SignInLink {
+    pub server: String,
+    pub url: String,
+    /// The elicitation's id (not the OAuth state).
+    pub id: String,
+    pub timeout: Duration,
+}
+
+impl SignInLink {
+    fn message(&self) -> String {
+        format!(
+            "Code the AI agent wrote needs you to sign in to the upstream server '{}'. \
+             Open the link to sign in with your own account; the code goes on when you are done.",
+            self.server
+        )
+    }
+
+    /// The link as an `elicitation/create` request in URL mode.
+    pub fn elicit_request(&self) -> Result<ElicitRequest, String> {
+        serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {"mode": "url", "message": self.message(), "url": self.url, "elicitationId": self.id}
+        }))
+        .map_err(|e| format!("cannot build the sign-in request: {e}"))
+    }
+}
+
+/// What a client said of a sign-in link.
+fn went_to_sign_in(result: &ElicitResult) -> bool {
+    result.action == ElicitationAction::Accept
+}
+
+/// What a client that cannot be handed links is told.
+fn no_links(client: &str) -> String {
+    format!(
+        "the client ({client}) did not declare URL-mode elicitation, so it cannot be handed a sign-in link"
+    )
 }
 
 /// `elicitation/create` on the client's session.
 pub struct ElicitApprover {
     pub peer: Peer<RoleServer>,
     pub client: String,
+    /// Whether the client takes form questions (approvals) and links
+    /// (sign-ins): what it declared.
+    pub forms: bool,
+    pub links: bool,
 }
 
 impl Approver for ElicitApprover {
+    fn sign_in(&self, link: SignInLink) -> BoxFuture<Result<bool, String>> {
+        self.hand_link(link)
+    }
+
     fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>> {
         let peer = self.peer.clone();
         let by = format!("user via elicitation ({})", self.client);
+        let forms = self.forms;
+        let client = self.client.clone();
         Box::pin(async move {
+            if !forms {
+                return Err(format!(
+                    "the client ({client}) did not declare form elicitation, so nobody can be asked"
+                ));
+            }
             let request = question.elicit_request()?;
             let asked =
                 peer.create_elicitation_with_timeout(request.params, Some(question.timeout));
@@ -183,6 +246,28 @@ impl Approver for ElicitApprover {
                     "the client did not answer the approval question: {e}"
                 )),
                 Err(_) => Ok(timed_out()),
+            }
+        })
+    }
+}
+
+impl ElicitApprover {
+    fn hand_link(&self, link: SignInLink) -> BoxFuture<Result<bool, String>> {
+        let peer = self.peer.clone();
+        let links = self.links;
+        let client = self.client.clone();
+        Box::pin(async move {
+            if !links {
+                return Err(no_links(&client));
+            }
+            let request = link.elicit_request()?;
+            let asked = peer.create_elicitation_with_timeout(request.params, Some(link.timeout));
+            match tokio::time::timeout(link.timeout, asked).await {
+                Ok(Ok(result)) => Ok(went_to_sign_in(&result)),
+                Ok(Err(e)) => Err(format!(
+                    "the client did not answer the sign-in request: {e}"
+                )),
+                Err(_) => Ok(false),
             }
         })
     }
@@ -207,13 +292,42 @@ pub struct Asked {
 pub struct InputRequiredApprover {
     pub questions: mpsc::UnboundedSender<Asked>,
     pub client: String,
+    pub forms: bool,
+    pub links: bool,
 }
 
 impl Approver for InputRequiredApprover {
+    fn sign_in(&self, link: SignInLink) -> BoxFuture<Result<bool, String>> {
+        let questions = self.questions.clone();
+        let links = self.links;
+        let client = self.client.clone();
+        Box::pin(async move {
+            if !links {
+                return Err(no_links(&client));
+            }
+            let request = link.elicit_request()?;
+            let (reply, answer) = oneshot::channel();
+            questions
+                .send(Asked { request, reply })
+                .map_err(|_| "the request that ran this code is gone".to_string())?;
+            match tokio::time::timeout(link.timeout, answer).await {
+                Ok(Ok(result)) => Ok(went_to_sign_in(&result)),
+                Ok(Err(_)) | Err(_) => Ok(false),
+            }
+        })
+    }
+
     fn ask(&self, question: Question) -> BoxFuture<Result<Answered, String>> {
         let questions = self.questions.clone();
         let by = format!("user via input-required elicitation ({})", self.client);
+        let forms = self.forms;
+        let client = self.client.clone();
         Box::pin(async move {
+            if !forms {
+                return Err(format!(
+                    "the client ({client}) did not declare form elicitation, so nobody can be asked"
+                ));
+            }
             let request = question.elicit_request()?;
             let (reply, answer) = oneshot::channel();
             questions

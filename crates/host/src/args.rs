@@ -13,6 +13,12 @@ impl Args {
         Self(map.unwrap_or_default())
     }
 
+    /// The arguments as sent, for a check that takes them by `&mut` to
+    /// look at them in place ([`crate::bounds::Bounds::check`]).
+    pub fn as_map_mut(&mut self) -> &mut Map<String, Value> {
+        &mut self.0
+    }
+
     /// Refuses arguments outside `known`: a misspelt optional argument
     /// would otherwise be silently ignored.
     pub fn only(&self, known: &[&str]) -> Result<(), ToolFailure> {

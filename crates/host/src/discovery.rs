@@ -151,6 +151,8 @@ pub struct SharedBuilds {
     /// back together after a change of the lists take the first one's
     /// build instead of each making a copy.
     building: tokio::sync::Mutex<()>,
+    /// One write of the wrappers (which every tenant mounts) at a time.
+    wrappers: tokio::sync::Mutex<()>,
 }
 
 impl SharedBuilds {
@@ -168,12 +170,22 @@ impl SharedBuilds {
     }
 }
 
+/// Where a tenant's Python wrappers are written and what checks them.
+#[derive(Debug, Clone)]
+pub struct Wrappers {
+    /// `<dir>/servers/...`.
+    pub dir: std::path::PathBuf,
+    /// The interpreter the sandbox runs (`sandbox.python`): each changed
+    /// module is compiled by it before it is put in place.
+    pub python: std::path::PathBuf,
+}
+
 pub struct CatalogService {
     manager: Arc<Manager>,
     registry: Vec<Entry>,
-    /// Where the Python wrappers go (`<dir>/servers/...`), refreshed after
-    /// every build so sandboxed code can import what it can call.
-    wrappers_dir: Option<std::path::PathBuf>,
+    /// Where the Python wrappers go, refreshed after every build so
+    /// sandboxed code can import what it can call.
+    wrappers: Option<Wrappers>,
     /// Saved skills, searchable beside the tools (category `skills`).
     skills: Option<SkillStore>,
     /// The skill store's generation the current catalog was built from.
@@ -186,9 +198,20 @@ pub struct CatalogService {
     /// Why a server reported as still starting did not list its tools, once
     /// its listing ended in an error after the search stopped waiting.
     late_failures: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
-    /// One wrapper writer at a time: two would race on the files, and one
-    /// writing fewer servers would prune what the other just wrote.
-    wrappers_lock: tokio::sync::Mutex<()>,
+    /// Where a tenant's catalog writes the wrappers of a server its
+    /// person signs in to, listed as them (the local one writes the rest).
+    import_wrappers: std::sync::OnceLock<Wrappers>,
+    /// A tenant's own manager: the servers each person signs in to are
+    /// listed with it, with the person's credential, not the operator's.
+    personal: std::sync::OnceLock<Arc<Manager>>,
+    /// Servers the current catalog lacks until this person signs in: a
+    /// search checks whether they have since (on any node), and rebuilds.
+    /// With the sign-in held then (its `updated_at`): one that did not
+    /// work (revoked, refused) counts only once it has changed.
+    awaiting_sign_in: std::sync::Mutex<Vec<(String, Option<u64>)>>,
+    /// Servers whose listing as this person outlasted a search's wait:
+    /// it goes on, and the next search takes its tools in.
+    late_personal: std::sync::Mutex<Vec<String>>,
     ranking: Ranking,
     /// Where entries' vectors are cached (`<data>/cache/vectors`).
     vector_cache: Option<std::path::PathBuf>,
@@ -203,7 +226,7 @@ impl CatalogService {
     pub fn new(
         manager: Arc<Manager>,
         registry: Vec<Entry>,
-        wrappers_dir: Option<std::path::PathBuf>,
+        wrappers: Option<Wrappers>,
         skills: Option<SkillStore>,
         ranking: Ranking,
         vector_cache: Option<std::path::PathBuf>,
@@ -212,13 +235,16 @@ impl CatalogService {
         Self {
             manager,
             registry,
-            wrappers_dir,
+            wrappers,
             skills,
             skills_seen: std::sync::Mutex::new(String::new()),
             current: RwLock::new(None),
             watching: std::sync::atomic::AtomicBool::new(false),
             late_failures: Arc::default(),
-            wrappers_lock: tokio::sync::Mutex::new(()),
+            import_wrappers: std::sync::OnceLock::new(),
+            personal: std::sync::OnceLock::new(),
+            awaiting_sign_in: std::sync::Mutex::new(Vec::new()),
+            late_personal: std::sync::Mutex::new(Vec::new()),
             ranking,
             vector_cache,
             shared,
@@ -269,7 +295,7 @@ impl CatalogService {
     /// Writes wrappers for the tools known from the disk cache, without
     /// starting any upstream (called at start-up).
     pub async fn write_cached_wrappers(&self) {
-        let _writing = self.wrappers_lock.lock().await;
+        let _writing = self.shared.wrappers.lock().await;
         self.write_wrappers_locked(self.listed_entries()).await;
     }
 
@@ -301,25 +327,212 @@ impl CatalogService {
     /// known so far (writing one alone would drop the others). Returns the
     /// server's configured name.
     pub async fn ensure_wrappers(&self, server: &str) -> Result<String, String> {
+        self.ensure_wrappers_listed_by(server, None).await
+    }
+
+    /// Like [`CatalogService::ensure_wrappers`], listing `server` with
+    /// `personal` (the tenant's own manager) when given: a server each
+    /// person signs in to lists with the person's credential.
+    pub async fn ensure_wrappers_listed_by(
+        &self,
+        server: &str,
+        personal: Option<&Manager>,
+    ) -> Result<String, String> {
         let upstream = self.manager.get(server).map_err(|e| e.to_string())?;
         let name = upstream.config.name.clone();
+        let lister = personal.unwrap_or(&self.manager);
         // Listing it keeps its tools in memory, where listed_entries finds them.
-        self.manager
+        let tools = lister
             .tools(&name, false)
             .await
             .map_err(|e| format!("cannot list the tools of '{name}': {e}"))?;
-        let _writing = self.wrappers_lock.lock().await;
-        self.write_wrappers_locked(self.listed_entries()).await;
+        let mut entries = self.listed_entries();
+        if personal.is_some() {
+            entries.retain(|e| e.category != name || e.kind != EntryKind::Upstream);
+            let instructions = lister.instructions(&name);
+            entries.extend(
+                tools
+                    .into_iter()
+                    .map(|t| upstream_entry(&name, t, instructions.clone())),
+            );
+        }
+        let _writing = self.shared.wrappers.lock().await;
+        let target = self
+            .wrappers
+            .clone()
+            .or_else(|| self.import_wrappers.get().cloned());
+        self.write_wrappers_to(target, entries).await;
         Ok(name)
     }
 
+    /// Lets this (a tenant's) catalog write the wrappers of a server its
+    /// person signs in to, into `wrappers`.
+    pub fn writes_imports_to(&self, wrappers: Wrappers) {
+        let _ = self.import_wrappers.set(wrappers);
+    }
+
+    /// Makes this (a tenant's) catalog list the servers each person signs
+    /// in to with `personal`, the tenant's own manager.
+    pub fn lists_sign_ins_with(&self, personal: Arc<Manager>) {
+        let _ = self.personal.set(personal);
+    }
+
+    /// The manager that lists `server` for this catalog's person, when it
+    /// is not the shared one: a server each person signs in to.
+    fn personal_for(&self, server: &str) -> Option<&Arc<Manager>> {
+        let personal = self.personal.get()?;
+        let per_person = crate::signin::takes_sign_in(personal, server)
+            && personal
+                .get(server)
+                .is_ok_and(|u| u.config.auth == cem_config::UpstreamAuth::PerPerson);
+        per_person.then_some(personal)
+    }
+
+    /// When this person's sign-in to `server` was last saved, if they hold
+    /// one (read from the store, so one made through another node counts).
+    async fn signed_in_at(personal: &Manager, server: &str) -> Option<u64> {
+        let (Some(signin), Ok(upstream)) = (personal.signin(), personal.get(server)) else {
+            return None;
+        };
+        match signin.backend().ok()?.load(&upstream.credential_id()).await {
+            Ok(Some(record)) => Some(record.updated_at),
+            _ => None,
+        }
+    }
+
+    /// `server`'s tools as this catalog's person sees them, for a server
+    /// each person signs in to (`personal`). Not signed in: an error
+    /// saying how, and the server to watch for their sign-in (with when
+    /// the sign-in that did not work was saved, if one did not).
+    async fn list_personal(
+        personal: &Manager,
+        server: &str,
+        refresh: bool,
+    ) -> (
+        Result<Vec<cem_upstream::Tool>, String>,
+        Option<(String, Option<u64>)>,
+    ) {
+        let how = || {
+            format!(
+                "needs this person to sign in: the first call of one of its tools asks them (their \
+                 client shows a link), or they run `code-execution-mcp auth login {server}`; its \
+                 tools are searchable once they have"
+            )
+        };
+        let held = Self::signed_in_at(personal, server).await;
+        if held.is_none() {
+            return (Err(how()), Some((server.to_string(), None)));
+        }
+        match personal.tools(server, refresh).await {
+            Ok(tools) => (Ok(tools), None),
+            Err(cem_upstream::UpstreamError::SignInRequired { .. }) => {
+                (Err(how()), Some((server.to_string(), held)))
+            }
+            Err(e) => (Err(e.to_string()), None),
+        }
+    }
+
+    /// The servers each person signs in to, listed as this catalog's
+    /// person, all at once and (in the server) within a search's wait: one
+    /// still listing then goes on, and the next search takes it in.
+    async fn list_all_personal(
+        &self,
+        servers: &[String],
+        refresh: bool,
+    ) -> (
+        std::collections::HashMap<String, Result<Vec<cem_upstream::Tool>, String>>,
+        Vec<(String, Option<u64>)>,
+    ) {
+        let mut lists = std::collections::HashMap::new();
+        let mut awaiting = Vec::new();
+        let Some(personal) = self.personal.get() else {
+            return (lists, awaiting);
+        };
+        let bounded = self.watching.load(std::sync::atomic::Ordering::SeqCst);
+        let mut late = Vec::new();
+        let listings = servers
+            .iter()
+            .filter(|s| self.personal_for(s).is_some())
+            .map(|server| {
+                let personal = personal.clone();
+                let server = server.clone();
+                async move {
+                    let listing = tokio::spawn({
+                        let (personal, server) = (personal.clone(), server.clone());
+                        async move { Self::list_personal(&personal, &server, refresh).await }
+                    });
+                    let done = if bounded {
+                        tokio::time::timeout(LIST_WAIT, listing).await.ok()
+                    } else {
+                        Some(listing.await)
+                    };
+                    (server, done)
+                }
+            });
+        for (server, done) in futures_util::future::join_all(listings).await {
+            match done {
+                Some(Ok((result, waiting))) => {
+                    awaiting.extend(waiting);
+                    lists.insert(server, result);
+                }
+                Some(Err(e)) => {
+                    lists.insert(server, Err(format!("listing its tools failed: {e}")));
+                }
+                // The spawned listing goes on; its tools are known once done.
+                None => {
+                    let wait = LIST_WAIT.as_secs();
+                    lists.insert(
+                        server.clone(),
+                        Err(format!(
+                            "still starting after {wait} s; its tools join the catalog when it answers: search again shortly"
+                        )),
+                    );
+                    late.push(server);
+                }
+            }
+        }
+        if let Ok(mut l) = self.late_personal.lock() {
+            *l = late;
+        }
+        (lists, awaiting)
+    }
+
+    /// Whether a server the current catalog lacks for want of a sign-in
+    /// has been signed in to since (a sign-in saved after the one that
+    /// did not work, if one did not).
+    async fn signed_in_since(&self) -> bool {
+        let awaiting = match self.awaiting_sign_in.lock() {
+            Ok(a) => a.clone(),
+            Err(_) => return false,
+        };
+        let Some(personal) = self.personal.get() else {
+            return false;
+        };
+        for (server, seen) in awaiting {
+            let now = Self::signed_in_at(personal, &server).await;
+            if now.is_some() && now != seen {
+                return true;
+            }
+        }
+        let late = match self.late_personal.lock() {
+            Ok(l) => l.clone(),
+            Err(_) => return false,
+        };
+        late.iter()
+            .any(|server| personal.known_tools(server).is_some())
+    }
+
     async fn write_wrappers(&self, entries: Vec<Entry>) {
-        let _writing = self.wrappers_lock.lock().await;
+        let _writing = self.shared.wrappers.lock().await;
         self.write_wrappers_locked(entries).await;
     }
 
     async fn write_wrappers_locked(&self, entries: Vec<Entry>) {
-        let Some(dir) = self.wrappers_dir.clone() else {
+        self.write_wrappers_to(self.wrappers.clone(), entries).await;
+    }
+
+    async fn write_wrappers_to(&self, target: Option<Wrappers>, entries: Vec<Entry>) {
+        let Some(Wrappers { dir, python }) = target else {
             return;
         };
         let outcome = tokio::task::spawn_blocking(move || {
@@ -327,18 +540,32 @@ impl CatalogService {
                 .iter()
                 .filter(|e| e.kind == EntryKind::Upstream)
                 .collect();
-            cem_catalog::python::write_wrappers(&refs, &dir, &mut |_, _| {})
+            cem_catalog::python::write_wrappers(&refs, &dir, &python, &mut |_, _| {})
         })
         .await;
         match outcome {
-            Ok(Ok(stats)) if stats.written > 0 => {
-                tracing::info!(
-                    tools = stats.tools,
-                    written = stats.written,
-                    "python wrappers updated"
-                )
+            Ok(Ok(stats)) => {
+                // One upstream's odd tool leaves out that tool (or server),
+                // said here; every other package was written.
+                for skipped in &stats.skipped {
+                    tracing::warn!(
+                        server = %skipped.server,
+                        tool = skipped.tool.as_deref().unwrap_or("*"),
+                        reason = %skipped.reason,
+                        "a python wrapper was left out; the tool is still callable with call_tool"
+                    );
+                }
+                if let Some(why) = &stats.unchecked {
+                    tracing::warn!(reason = %why, "python wrappers written without the compile check");
+                }
+                if stats.written > 0 {
+                    tracing::info!(
+                        tools = stats.tools,
+                        written = stats.written,
+                        "python wrappers updated"
+                    )
+                }
             }
-            Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the python wrappers"),
             Err(e) => tracing::warn!(error = %e, "the wrapper task failed"),
         }
@@ -362,6 +589,10 @@ impl CatalogService {
             if stale {
                 self.skills_changed().await;
             }
+        }
+        if self.signed_in_since().await {
+            // The person signed in to a server this catalog lacks.
+            self.invalidate().await;
         }
         if let Some(built) = self.current.read().await.as_ref() {
             return built.clone();
@@ -485,17 +716,47 @@ impl CatalogService {
         let weak = Arc::downgrade(self);
         let changed = self.manager.changed();
         tokio::spawn(async move {
+            // The wait for the next change is armed before each rebuild, so
+            // a change announced while one runs is not missed, and changes
+            // during a rebuild make one more, not one each.
+            let mut next = std::pin::pin!(changed.notified());
+            next.as_mut().enable();
             loop {
-                changed.notified().await;
+                next.as_mut().await;
+                next.set(changed.notified());
+                next.as_mut().enable();
                 let Some(service) = weak.upgrade() else {
                     return;
                 };
-                tracing::info!(
-                    "an upstream's tool list changed; the catalog is rebuilt on next use"
-                );
-                service.invalidate().await;
+                service.rebuild_in_background().await;
             }
         });
+    }
+
+    /// After a server's list changed (the manager already holds the new
+    /// list: see `cem_upstream`'s re-listing): a new catalog from the lists
+    /// known, no server asked, while searches keep the current one; then
+    /// it takes the current one's place. Nothing built yet: the next use
+    /// builds it anyway.
+    async fn rebuild_in_background(&self) {
+        let Some(before) = self.current.read().await.clone() else {
+            return;
+        };
+        tracing::info!(
+            "an upstream's tool list changed; the catalog is rebuilt beside the current one"
+        );
+        let built = self.build(false).await;
+        {
+            // Only in place of the catalog it was built beside: one released
+            // meanwhile stays released, and one made meanwhile (a refresh, a
+            // saved skill) is newer than this.
+            let mut slot = self.current.write().await;
+            match slot.as_ref() {
+                Some(current) if Arc::ptr_eq(current, &before) => *slot = Some(built.clone()),
+                _ => return,
+            }
+        }
+        self.write_wrappers(built.catalog.entries().to_vec()).await;
     }
 
     /// Every server's tools, waiting at most [`LIST_WAIT`]: a server still
@@ -597,10 +858,25 @@ impl CatalogService {
     async fn build(&self, refresh: bool) -> Arc<Built> {
         let mut entries = Vec::new();
         let mut unavailable = Vec::new();
-        for (server, result) in self.list_all(refresh).await {
+        let names: Vec<String> = self
+            .manager
+            .servers()
+            .filter(|u| !u.config.disabled)
+            .map(|u| u.config.name.clone())
+            .collect();
+        // Side by side: each within a search's wait.
+        let (shared_lists, (mut personal_lists, awaiting)) = tokio::join!(
+            self.list_all(refresh),
+            self.list_all_personal(&names, refresh)
+        );
+        for (server, shared) in shared_lists {
+            let result = personal_lists.remove(&server).unwrap_or(shared);
             match result {
                 Ok(tools) => {
-                    let instructions = self.manager.instructions(&server);
+                    let instructions = match self.personal_for(&server) {
+                        Some(personal) => personal.instructions(&server),
+                        None => self.manager.instructions(&server),
+                    };
                     entries.extend(
                         tools
                             .into_iter()
@@ -612,6 +888,9 @@ impl CatalogService {
                     unavailable.push((server, e.to_string()));
                 }
             }
+        }
+        if let Ok(mut a) = self.awaiting_sign_in.lock() {
+            *a = awaiting;
         }
         entries.extend(self.registry.iter().cloned());
         self.catalog_with(entries, self.skill_entries().await, unavailable)

@@ -13,12 +13,13 @@ use std::time::{Instant, SystemTime};
 use cem_audit::{AuditError, AuditLog};
 use cem_policy::{Budgets, Decision, PinState, Pins, Policy, ToolFacts};
 use cem_store::PinStore;
-use cem_upstream::Manager;
+use cem_upstream::{Manager, UpstreamError};
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::approval::{Answer, Answered, PauseClock, Question, SharedApprover};
+use crate::bounds::Bounds;
 
 /// Who made a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +47,16 @@ impl Caller {
 struct ServerFacts {
     list: Arc<Vec<Tool>>,
     pins_stamp: Option<(SystemTime, u64)>,
-    tools: HashMap<String, (ToolFacts, String)>,
+    tools: HashMap<String, Known>,
+}
+
+/// One tool as the gate knows it.
+#[derive(Clone)]
+struct Known {
+    facts: ToolFacts,
+    description: String,
+    /// The size bounds its input schema declares, if any.
+    bounds: Option<Arc<Bounds>>,
 }
 
 /// The process-wide half: policy, pins, audit log, session grants.
@@ -78,15 +88,15 @@ pub struct Execution {
     pub session: String,
     /// execute_code's `session_id`, when given.
     pub session_id: Option<String>,
-    approver: Option<SharedApprover>,
+    pub(crate) approver: Option<SharedApprover>,
     /// Why no approver is there (for the refusal's words).
-    no_approver: String,
+    pub(crate) no_approver: String,
     budgets: Mutex<Budgets>,
     grants: Mutex<HashSet<String>>,
     counts: Mutex<HashMap<String, u64>>,
     /// One question at a time: a loop's next call waits for the first
     /// answer (and an "allow for this execution" then covers it).
-    asking: tokio::sync::Mutex<()>,
+    pub(crate) asking: tokio::sync::Mutex<()>,
     pub paused: PauseClock,
     /// Where the progress the upstream servers report for this execution's
     /// calls goes (the client asked for progress).
@@ -183,15 +193,21 @@ impl Gate {
     ) -> Result<CallToolResult, String> {
         // The whole name keys grants and counts; the audit gets it capped.
         let name = format!("{server}.{tool}");
+        let mut arguments = arguments;
+        let metrics = cem_metrics::metrics();
+        crate::signin::ready(manager, exec, server).await?;
+        let admitted = self
+            .admit(manager, exec, server, tool, &name, &mut arguments, shown)
+            .await;
+        if let Err(refusal) = admitted {
+            metrics.tool_call(server, "refused");
+            return Err(refusal);
+        }
+        // Only once admitted: a refused call's arguments are never copied.
         let args_text = arguments
             .as_ref()
             .map(|a| serde_json::to_string(a).unwrap_or_default())
             .unwrap_or_default();
-        let metrics = cem_metrics::metrics();
-        if let Err(refusal) = self.admit(manager, exec, server, tool, &name, shown).await {
-            metrics.tool_call(server, "refused");
-            return Err(refusal);
-        }
         let record = CallRecord {
             gate: self,
             exec,
@@ -200,10 +216,25 @@ impl Gate {
             started: Instant::now(),
             written: false,
         };
-        let outcome = manager
+        // Kept for a second try only where a call may ask for sign-in.
+        let again = crate::signin::takes_sign_in(manager, server).then(|| arguments.clone());
+        let first = manager
             .call_with_progress(server, tool, arguments, None, exec.progress.clone())
-            .await
-            .map_err(|e| e.to_string());
+            .await;
+        let outcome = match (first, again) {
+            (Err(UpstreamError::SignInRequired { challenge, why, .. }), Some(arguments)) => {
+                // Signed out mid-way (a token revoked, a refresh refused)
+                // or a tool that needs more scope: sign in, then once more.
+                match crate::signin::sign_in(manager, exec, server, challenge, &why).await {
+                    Ok(()) => manager
+                        .call_with_progress(server, tool, arguments, None, exec.progress.clone())
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(why) => Err(why),
+                }
+            }
+            (first, _) => first.map_err(|e| e.to_string()),
+        };
         let (result_bytes, error) = match &outcome {
             Ok(result) => {
                 let size = serde_json::to_string(result).map(|s| s.len()).unwrap_or(0);
@@ -221,7 +252,10 @@ impl Gate {
     }
 
     /// The policy's decision for one call, with the budget charged and the
-    /// decision recorded; `Err` is the refusal.
+    /// decision recorded; `Err` is the refusal. Arguments over a size
+    /// bound the tool's schema declares are refused after a denial (which
+    /// says more) and before the budget is charged or a person asked.
+    #[allow(clippy::too_many_arguments)]
     async fn admit(
         &self,
         manager: &Manager,
@@ -229,9 +263,14 @@ impl Gate {
         server: &str,
         tool: &str,
         name: &str,
+        arguments: &mut Option<JsonObject>,
         shown: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), String> {
-        let (facts, description) = match self.facts(manager, server, tool).await {
+        let Known {
+            facts,
+            description,
+            bounds,
+        } = match self.facts(manager, server, tool).await {
             Ok(Some(found)) => found,
             Ok(None) => {
                 let why = format!("{server} lists no tool named {}", capped(tool));
@@ -273,6 +312,14 @@ impl Gate {
                 server,
                 tool,
             ));
+        }
+        if let (Some(bounds), Some(arguments)) = (&bounds, arguments.as_mut())
+            && let Err(over) = bounds.check(arguments)
+        {
+            let why = over.to_string();
+            self.record(exec, name, Decision::Deny, None, &why, None, "refused")?;
+            // The caller's error names the tool already.
+            return Err(format!("refused before it reached the server: {why}"));
         }
         let charged = exec
             .budgets
@@ -497,7 +544,7 @@ impl Gate {
         manager: &Manager,
         server: &str,
         tool: &str,
-    ) -> Result<Option<(ToolFacts, String)>, String> {
+    ) -> Result<Option<Known>, String> {
         let list = manager
             .live_tools(server)
             .await
@@ -559,7 +606,15 @@ impl Gate {
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string();
-                Some((name, (facts, description)))
+                let bounds = t.get("inputSchema").and_then(Bounds::of).map(Arc::new);
+                Some((
+                    name,
+                    Known {
+                        facts,
+                        description,
+                        bounds,
+                    },
+                ))
             })
             .collect();
         Ok(ServerFacts {

@@ -17,6 +17,7 @@
 pub mod answer;
 pub mod approval;
 pub mod args;
+pub mod bounds;
 pub mod changes;
 pub mod cluster;
 pub mod discovery;
@@ -30,6 +31,7 @@ pub mod paused;
 pub mod privacy;
 pub mod progress;
 pub mod quota;
+pub mod signin;
 mod state;
 
 pub use answer::{Answer, ToolFailure, ToolResult, ToolSet, blocking, success};

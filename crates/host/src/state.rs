@@ -161,6 +161,17 @@ impl AppState {
     /// of the deployment whose store `cluster` is.
     pub fn join(&mut self, cluster: Arc<cem_cluster::Cluster>) {
         crate::cluster::share_audit(&self.gate.audit, &cluster, &self.tenant);
+        // People's upstream credentials live in the store too, sealed with
+        // the same key, so every node holds each person's sign-in and one
+        // refresh token is spent once (the store's lock).
+        if let Some(signin) = self.upstreams.signin() {
+            if let Some(key) = signin.key() {
+                signin.set_backend(Ok(cluster.credentials(key.clone())));
+            }
+            // A person's browser may come back through the balancer to
+            // another node than the one waiting for it.
+            signin.set_directory(cluster.signin_directory());
+        }
         self.cluster = Some(cluster);
     }
 
@@ -199,6 +210,17 @@ impl AppState {
         // Before any tenant's cpu group is made.
         cem_sandbox::limit_tenants_to(config.sandbox.tenant_cpu_percent, cem_auth::LOCAL_TENANT);
         let manager = Arc::new(Manager::new(&config, data_dir.join("cache").join("tools")));
+        manager.sign_in_with(crate::signin::open(&config, data_dir));
+        // The operator's processes keep the operator's environment; their
+        // ${CEM_TENANT_DIR} is <data>/upstream/<server>.
+        manager.serve_tenant(cem_upstream::Tenancy {
+            tenant: cem_auth::LOCAL_TENANT.to_string(),
+            root: data_dir.join("upstream"),
+            data_dir: data_dir.to_path_buf(),
+            hidden: config_path.iter().cloned().collect(),
+            local: true,
+            claims: cem_upstream::Claims::open(data_dir.join("upstream").join("claims.json")),
+        });
         let registry_dir = config
             .tools_registry
             .clone()
@@ -267,6 +289,29 @@ impl AppState {
             source,
         })?;
         let base = self.engine.options();
+        // The tenant's own processes of every stdio server, with their own
+        // state roots under <tenant>/upstream/; shared servers run in the
+        // local tenant's manager, one process for everyone.
+        let upstreams = Arc::new(Manager::new(
+            &self.config,
+            self.data_dir.join("cache").join("tools"),
+        ));
+        upstreams.serve_tenant(cem_upstream::Tenancy {
+            tenant: id.to_string(),
+            root: root.join("upstream"),
+            data_dir: self.data_dir.clone(),
+            hidden: self.config_path.iter().cloned().collect(),
+            local: false,
+            claims: self
+                .upstreams
+                .tenancy()
+                .map(|t| t.claims.clone())
+                .unwrap_or_default(),
+        });
+        upstreams.share_with(self.upstreams.clone());
+        if let Some(signin) = self.upstreams.signin() {
+            upstreams.sign_in_with(signin.clone());
+        }
         let shared = Shared {
             config: self.config.clone(),
             config_path: self.config_path.clone(),
@@ -277,10 +322,7 @@ impl AppState {
             // Tenants are made by a serving server, for running code.
             runs_code: true,
             manager: self.catalog.manager().clone(),
-            upstreams: Arc::new(Manager::new(
-                &self.config,
-                self.data_dir.join("cache").join("tools"),
-            )),
+            upstreams,
             registry: self.catalog.registry().to_vec(),
             ranking: self.catalog.ranking().clone(),
             shared_builds: self.catalog.shared_builds().clone(),
@@ -378,12 +420,22 @@ impl AppState {
         let catalog = Arc::new(CatalogService::new(
             manager,
             registry,
-            writes_wrappers.then(|| data_dir.to_path_buf()),
+            writes_wrappers.then(|| crate::discovery::Wrappers {
+                dir: data_dir.to_path_buf(),
+                python: config.sandbox.python.clone(),
+            }),
             Some(skills.clone()),
             ranking,
             Some(data_dir.join("cache").join("vectors")),
             shared_builds,
         ));
+        if !writes_wrappers {
+            catalog.writes_imports_to(crate::discovery::Wrappers {
+                dir: data_dir.to_path_buf(),
+                python: config.sandbox.python.clone(),
+            });
+            catalog.lists_sign_ins_with(upstreams.clone());
+        }
         let gate = crate::gate::Gate::new(
             config.policy.clone(),
             cem_store::PinStore::new(&data_dir.join("policy").join("pins")),
