@@ -22,7 +22,7 @@ use cem_sandbox::{CpuPriority, Zygote};
 /// Processes and threads one sandbox may run.
 const PROCESSES: u64 = 128;
 /// Longest session id accepted.
-const MAX_SESSION_ID: usize = 128;
+pub const MAX_SESSION_ID: usize = 128;
 
 /// How the engine runs code on this host.
 #[derive(Debug, Clone, PartialEq, Eq)]

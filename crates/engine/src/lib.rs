@@ -23,7 +23,7 @@ mod written;
 
 pub use answer::ExecAnswer;
 pub use bridge::{BoxFuture, Bridge, CallError};
-pub use engine::{Engine, EngineOptions, ExecRequest, SandboxMode, tenant_cpu};
+pub use engine::{Engine, EngineOptions, ExecRequest, MAX_SESSION_ID, SandboxMode, tenant_cpu};
 /// For the fuzz targets: how the runtime's output is decoded.
 #[doc(hidden)]
 pub use process::decode_output;

@@ -25,7 +25,7 @@ mod skills;
 mod workspace;
 
 pub use error::{SkillError, WorkspaceError};
-pub use path::validate_relative;
+pub use path::{MAX_PATH_BYTES, validate_relative};
 pub use pins::{PinError, PinStore};
 pub use skill_export::{SkillDir, find_skill_dirs, read_skill_dir};
 pub use skill_file::{Parsed as ParsedSkillFile, SkillMeta, parse as parse_skill_file};

@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::WorkspaceError;
 
 /// Longest path accepted, in bytes (Linux's PATH_MAX).
-const MAX_PATH_BYTES: usize = 4096;
+pub const MAX_PATH_BYTES: usize = 4096;
 /// Longest single name accepted, in bytes (Linux's NAME_MAX).
 const MAX_NAME_BYTES: usize = 255;
 

@@ -86,7 +86,12 @@ impl Bridge for ToolBridge {
             // search_tools itself, as the agent would call it (what it shows of
             // skills is tokenized in automatic mode), but not through the
             // dispatcher: the execution this runs in pulled the store already.
-            let args = cem_host::Args::new(arguments.as_object().cloned());
+            let mut args = cem_host::Args::new(match arguments {
+                Value::Object(map) => Some(map),
+                _ => None,
+            });
+            // The same bounds as the agent's own search_tools.
+            crate::dispatch::check_sizes(&state, crate::SEARCH.name, &mut args).map_err(|e| e.0)?;
             let mut body = crate::discovery::search(&state, args, &session)
                 .await
                 .map_err(|e| e.0)?;
@@ -107,12 +112,22 @@ impl Bridge for ToolBridge {
 
     fn wrappers(&self, arguments: Value) -> BoxFuture<Result<Value, String>> {
         let state = self.state.clone();
+        let exec = self.exec.clone();
         traced("wrappers", async move {
             let server = arguments["server"].as_str().unwrap_or_default();
-            let written = state.catalog.ensure_wrappers(server).await?;
+            // A server each person signs in to is listed as this person,
+            // who signs in first if they must.
+            let personal = cem_host::signin::takes_sign_in(&state.upstreams, server);
+            if personal {
+                cem_host::signin::ready(&state.upstreams, &exec, server).await?;
+            }
+            let written = state
+                .catalog
+                .ensure_wrappers_listed_by(server, personal.then_some(state.upstreams.as_ref()))
+                .await?;
             // The package the wrappers are in: `GitHub` finds the server
             // `github`, whose module is `servers.github`.
-            let module = cem_catalog::python::alias(&written);
+            let module = cem_catalog::python::module_name(&written);
             Ok(json!({"server": written, "module": module}))
         })
     }

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 pub struct ToolDef {
     pub name: &'static str,
     pub description: &'static str,
-    /// Its input schema: [`crate::input::input_schema`] of its input struct.
-    pub schema: fn() -> Value,
+    /// Its input schema: [`crate::input::input_schema`] of its input
+    /// struct, with the size bounds that come from config made numbers.
+    pub schema: fn(&crate::input::Limits) -> Value,
     /// Listed under `--tools minimal` too.
     pub minimal: bool,
 }

@@ -25,8 +25,10 @@ pub const SEARCH: ToolDef = ToolDef {
 
 #[derive(Deserialize, JsonSchema)]
 struct SearchInput {
+    #[schemars(extend("maxLength" = MAX_QUERY))]
     query: String,
     /// Limit to one server or category
+    #[schemars(extend("maxLength" = MAX_CATEGORY))]
     category: Option<String>,
     detail_level: Option<DetailLevel>,
     #[schemars(extend("default" = 10))]
@@ -54,8 +56,10 @@ pub const DEFINITION: ToolDef = ToolDef {
 #[derive(Deserialize, JsonSchema)]
 struct DefinitionInput {
     /// server.tool, or a tool name
+    #[schemars(extend("maxLength" = MAX_TOOL_NAME))]
     tool_name: String,
     /// The tool's server or category
+    #[schemars(extend("maxLength" = MAX_CATEGORY))]
     category: Option<String>,
     /// Add the raw JSON schemas
     schemas: Option<bool>,
@@ -69,9 +73,21 @@ pub const CATEGORIES: ToolDef = ToolDef {
 };
 
 const MAX_LIMIT: u64 = 100;
-/// The longest query `search_tools` takes. A need fits in a sentence; the
-/// answer repeats the query, and a longer one only costs time to embed.
+/// The longest query `search_tools` takes (its schema's bound, checked
+/// before it runs). A need fits in a sentence; the answer repeats the
+/// query, and a longer one only costs time to embed.
 const MAX_QUERY: usize = 1000;
+/// The longest `server.tool` get_tool_definition looks up. MCP asks for
+/// tool names of at most 128 characters; a server's name and a hostile
+/// upstream's longer names fit too.
+const MAX_TOOL_NAME: usize = 512;
+/// The longest server or category name taken.
+const MAX_CATEGORY: usize = 256;
+/// How much longer than the catalog's longest `server.tool` a name may be
+/// and still get suggestions: a few letters typed twice. Past it, no name
+/// can be meant, and the search for close names (time in proportion to the
+/// name's length) is not made.
+const SUGGEST_SLACK: usize = 16;
 
 /// `session` is the caller's: its search is remembered, and the tool it
 /// uses next learns the query's words.
@@ -83,12 +99,6 @@ pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> Too
         limit,
     } = parse(&args)?;
     let detail = detail_level.unwrap_or_default();
-    if query.chars().count() > MAX_QUERY {
-        return Err(ToolFailure(format!(
-            "the query is {} characters; search with at most {MAX_QUERY}: say what the tool should do in a sentence",
-            query.chars().count()
-        )));
-    }
     let limit = limit.unwrap_or(10);
     if !(1..=MAX_LIMIT).contains(&limit) {
         return Err(ToolFailure(format!(
@@ -213,6 +223,22 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
     let entry = match found.as_slice() {
         [one] => *one,
         [] => {
+            // No name can be longer than the longest the catalog holds (a
+            // typo or two aside): past that the search for close names,
+            // which costs time in proportion to the name, is not made.
+            let longest = built
+                .catalog
+                .entries()
+                .iter()
+                .map(|e| e.category.len() + 1 + e.name.len())
+                .max()
+                .unwrap_or(0);
+            if name.len() > longest + SUGGEST_SLACK {
+                return Err(ToolFailure(format!(
+                    "no tool named '{}': no tool has a name that long; search_tools finds tools by what they do",
+                    cem_host::gate::capped(&name)
+                )));
+            }
             let close: Vec<String> = built
                 .catalog
                 .search_words(&name, None, 3)
@@ -224,7 +250,10 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
             } else {
                 format!("; closest: {}", close.join(", "))
             };
-            return Err(ToolFailure(format!("no tool named '{name}'{hint}")));
+            return Err(ToolFailure(format!(
+                "no tool named '{}'{hint}",
+                cem_host::gate::capped(&name)
+            )));
         }
         many => {
             let names: Vec<String> = many.iter().map(|e| e.qualified_name()).collect();
@@ -241,8 +270,10 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
     let is_upstream = entry.kind == EntryKind::Upstream;
     let mut answer = with_schemas(entry, schemas || !is_upstream);
     if is_upstream && let Some(obj) = answer.as_object_mut() {
-        let module = python::alias(&entry.category);
-        let function = python::alias(&entry.name);
+        // The names the generated wrappers have (a cut name and a hash for
+        // a name too long or odd to be one as it is).
+        let module = python::module_name(&entry.category);
+        let function = python::module_name(&entry.name);
         let typed = python::typed(entry);
         let mut python = json!({"signature": typed.signature});
         if let Some(p) = python.as_object_mut() {
@@ -259,7 +290,10 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
             p.insert("example".into(), json!(typed.example));
             p.insert(
                 "call_tool".into(),
-                json!(format!("call_tool({:?}, {{...}})", entry.qualified_name())),
+                json!(format!(
+                    "call_tool({}, {{...}})",
+                    python::string_literal(&entry.qualified_name())
+                )),
             );
         }
         obj.insert("python".into(), python);
@@ -283,6 +317,32 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
         o.extend(fields);
     }
     Ok(out)
+}
+
+/// Whether this person has signed in to `server`, for a server that
+/// takes sign-ins (never a token: only whether one is held).
+async fn sign_in_state(state: &AppState, server: &str) -> Option<Value> {
+    if !cem_host::signin::takes_sign_in(&state.upstreams, server) {
+        return None;
+    }
+    let upstream = state.upstreams.get(server).ok()?;
+    let signin = state.upstreams.signin()?;
+    let id = upstream.credential_id();
+    let held = match signin.backend() {
+        Ok(backend) => backend.load(&id).await.ok().flatten().is_some(),
+        Err(_) => false,
+    };
+    let mut v = json!({"auth": upstream.config.auth.as_str(), "signed_in": held});
+    if !held && let Some(obj) = v.as_object_mut() {
+        obj.insert(
+            "how".into(),
+            json!(format!(
+                "if the server asks for sign-in, the first call of one of its tools asks the person \
+                 to sign in (their client shows a link); or they run `code-execution-mcp auth login {server}`"
+            )),
+        );
+    }
+    Some(v)
 }
 
 pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
@@ -309,14 +369,30 @@ pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
             "transport": upstream.config.transport.kind(),
             "tools": counts.get(&(name.clone(), false)).copied().unwrap_or(0),
         });
-        let status = upstream.status();
+        // The tenant's own process of the server may have failed where the
+        // catalog's did not (another tenant holds its fixed path).
+        let own = state
+            .upstreams
+            .get(name)
+            .ok()
+            .map(|u| u.status())
+            .filter(|s| matches!(s, ServerStatus::Failed(_)));
+        let status = own.unwrap_or_else(|| upstream.status());
         if let Some(obj) = v.as_object_mut() {
+            if upstream.config.transport.kind() == "stdio" {
+                // One process for every tenant, or one each.
+                obj.insert("shared".into(), json!(upstream.config.shared));
+            }
             let (state_name, error) = match status {
                 ServerStatus::Disabled => ("disabled", None),
                 ServerStatus::NotStarted => ("not_started", None),
                 ServerStatus::Connected => ("connected", None),
+                ServerStatus::SignIn => ("sign_in_required", None),
                 ServerStatus::Failed(e) => ("failed", Some(e)),
             };
+            if let Some(sign_in) = sign_in_state(state, name).await {
+                obj.insert("sign_in".into(), sign_in);
+            }
             // A failure while listing tools is reported even if no call was made.
             let error = error.or_else(|| {
                 unavailable
@@ -324,7 +400,7 @@ pub async fn categories_tool(state: &Arc<AppState>, args: Args) -> ToolResult {
                     .find(|(s, _)| s == name)
                     .map(|(_, e)| e.clone())
             });
-            let state_name = if error.is_some() {
+            let state_name = if error.is_some() && state_name != "sign_in_required" {
                 "failed"
             } else {
                 state_name

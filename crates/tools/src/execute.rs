@@ -24,20 +24,35 @@ pub const EXECUTE: ToolDef = ToolDef {
     minimal: true,
 };
 
+/// The most code one execute_code runs, in characters: far more than an
+/// agent writes (a skill is at most 256 KiB); data belongs in context_vars
+/// or workspace files.
+const MAX_CODE: usize = 1 << 20;
+/// The most variables context_vars defines.
+const MAX_CONTEXT_VARS: usize = 1000;
+/// The most packages one execution asks for, and the longest requirement
+/// (`pandas>=2.2,<3` with extras and markers is well under it).
+const MAX_REQUIREMENTS: usize = 100;
+const MAX_REQUIREMENT: usize = 200;
+
 #[derive(Deserialize, JsonSchema)]
 struct ExecuteInput {
+    #[schemars(extend("maxLength" = MAX_CODE))]
     code: String,
     /// Variables defined before the code runs
+    #[schemars(extend("maxProperties" = MAX_CONTEXT_VARS))]
     context_vars: Option<serde_json::Map<String, serde_json::Value>>,
     #[schemars(extend("default" = 30))]
     timeout_seconds: Option<u64>,
     #[schemars(extend("default" = 500))]
     memory_mb: Option<u64>,
     /// Keep variables across calls with the same id
+    #[schemars(extend("maxLength" = cem_engine::MAX_SESSION_ID))]
     session_id: Option<String>,
     /// Start the session afresh
     reset_session: Option<bool>,
     /// Packages the host installs before the code runs, e.g. ["pandas"] (as the server's config allows)
+    #[schemars(extend("maxItems" = MAX_REQUIREMENTS), inner(length(max = MAX_REQUIREMENT)))]
     requirements: Option<Vec<String>>,
 }
 

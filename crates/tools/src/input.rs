@@ -4,13 +4,20 @@
 //! ([`parse`]).
 //!
 //! The derived schema is cut to what an agent needs (no `$schema`, titles,
-//! formats, bounds or `additionalProperties`, optional fields not spelled
-//! as nullable): every agent pays for the whole list in context on each
-//! `tools/list`. Arguments are checked against that same schema before
+//! formats, numeric bounds or `additionalProperties`, optional fields not
+//! spelled as nullable): every agent pays for the whole list in context on
+//! each `tools/list`. Arguments are checked against that same schema before
 //! serde sees them, so every refusal names the argument and says what it
 //! must be ("argument 'limit' must be a whole number from 0 to …, got a
 //! string"), a misspelt optional argument is refused rather than ignored,
 //! and a whole number sent as a float (`30.0`) is taken.
+//!
+//! Size bounds stay: every string has a `maxLength`, every array a
+//! `maxItems` and every free object a `maxProperties`, which the dispatcher
+//! checks before the tool runs ([`cem_host::bounds`]). A bound that comes
+//! from config is written in the input struct as the config key's name
+//! ([`FILE_BYTES`]) and made a number from that config ([`Limits`]) when
+//! the schema is listed or checked.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -21,10 +28,58 @@ use schemars::generate::SchemaSettings;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use cem_host::{Args, ToolFailure};
+use cem_host::{AppState, Args, ToolFailure};
 
-/// The terse input schema of `T`.
-pub fn input_schema<T: JsonSchema>() -> Value {
+/// A bound of as many characters as a workspace file may have bytes
+/// (`workspace.max_file_bytes`): a file's content, or a text as long as a
+/// file an agent would sanitize. A string has at least as many bytes as
+/// characters, so what the schema lets through may still be refused by the
+/// byte count the workspace checks itself, never the other way round.
+pub const FILE_BYTES: &str = "workspace.max_file_bytes";
+
+/// The bounds of the server's own tools that come from config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `workspace.max_file_bytes`.
+    pub file_bytes: u64,
+}
+
+impl Limits {
+    pub fn of(state: &AppState) -> Limits {
+        Limits {
+            file_bytes: state.workspace.max_file_bytes(),
+        }
+    }
+
+    /// The number a bound written as a config key's name stands for.
+    fn get(&self, key: &str) -> Option<u64> {
+        match key {
+            FILE_BYTES => Some(self.file_bytes),
+            _ => None,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            file_bytes: cem_config::Config::default().workspace.max_file_bytes,
+        }
+    }
+}
+
+/// The size keywords a schema keeps.
+const SIZE_KEYWORDS: [&str; 3] = ["maxLength", "maxItems", "maxProperties"];
+
+/// The terse input schema of `T`, with its bounds from `limits`.
+pub fn input_schema<T: JsonSchema + 'static>(limits: &Limits) -> Value {
+    let mut schema = (*cached::<T>()).clone();
+    resolve(&mut schema, limits);
+    schema
+}
+
+/// The terse schema of `T` as derived, config bounds still named by key.
+fn derived<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::draft2020_12()
         .with(|s| {
             s.meta_schema = None;
@@ -32,6 +87,26 @@ pub fn input_schema<T: JsonSchema>() -> Value {
         })
         .into_generator();
     terse(generator.into_root_schema_for::<T>().to_value())
+}
+
+/// Each size bound written as a config key's name made that number (one
+/// no config names is dropped: a test checks every tool has none).
+fn resolve(schema: &mut Value, limits: &Limits) {
+    match schema {
+        Value::Object(map) => {
+            for keyword in SIZE_KEYWORDS {
+                if let Some(key) = map.get(keyword).and_then(Value::as_str) {
+                    match limits.get(key) {
+                        Some(n) => map.insert(keyword.into(), Value::from(n)),
+                        None => map.remove(keyword),
+                    };
+                }
+            }
+            map.values_mut().for_each(|v| resolve(v, limits));
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| resolve(v, limits)),
+        _ => {}
+    }
 }
 
 /// `args` checked against `T`'s schema, then as a `T`.
@@ -76,9 +151,11 @@ fn checked_value(
                 && !allowed.iter().any(|a| a == text)
             {
                 let allowed: Vec<&str> = allowed.iter().filter_map(Value::as_str).collect();
+                // An enum is its own bound: what was sent is shown cut.
                 return Err(ToolFailure(format!(
-                    "argument '{name}' must be {}, got {text:?}",
-                    one_of(&allowed)
+                    "argument '{name}' must be {}, got {:?}",
+                    one_of(&allowed),
+                    cem_host::gate::capped(text)
                 )));
             }
             text.map(Value::String)
@@ -112,7 +189,7 @@ fn one_of(allowed: &[&str]) -> String {
     }
 }
 
-/// Each type's schema, made once.
+/// Each type's schema, made once (config bounds named by key).
 fn cached<T: JsonSchema + 'static>() -> Arc<Value> {
     static SCHEMAS: Mutex<Option<HashMap<TypeId, Arc<Value>>>> = Mutex::new(None);
     let mut schemas = match SCHEMAS.lock() {
@@ -122,7 +199,7 @@ fn cached<T: JsonSchema + 'static>() -> Arc<Value> {
     schemas
         .get_or_insert_with(HashMap::new)
         .entry(TypeId::of::<T>())
-        .or_insert_with(|| Arc::new(input_schema::<T>()))
+        .or_insert_with(|| Arc::new(derived::<T>()))
         .clone()
 }
 
@@ -144,9 +221,10 @@ fn terse(schema: Value) -> Value {
     Value::Object(out)
 }
 
-/// One property as `type`, then `enum`, `items`, `default`, `description`
-/// where it has them; an optional field's `["string", "null"]` is
-/// `"string"` (absent and null mean the same to every tool).
+/// One property as `type`, then `enum`, `items`, its size bound,
+/// `default`, `description` where it has them; an optional field's
+/// `["string", "null"]` is `"string"` (absent and null mean the same to
+/// every tool).
 fn terse_property(property: &Value) -> Value {
     let mut out = Map::new();
     let kind = match &property["type"] {
@@ -164,7 +242,7 @@ fn terse_property(property: &Value) -> Value {
     if property["items"].is_object() {
         out.insert("items".into(), terse_property(&property["items"]));
     }
-    for key in ["default", "description"] {
+    for key in SIZE_KEYWORDS.into_iter().chain(["default", "description"]) {
         if let Some(value) = property.get(key) {
             out.insert(key.into(), value.clone());
         }
@@ -192,6 +270,7 @@ mod tests {
 
     #[derive(Debug, Deserialize, JsonSchema, PartialEq)]
     struct Sample {
+        #[schemars(extend("maxLength" = 8))]
         name: String,
         /// How many
         #[schemars(extend("default" = 10))]
@@ -207,10 +286,10 @@ mod tests {
     #[test]
     fn the_schema_is_terse_and_in_field_order() {
         assert_eq!(
-            serde_json::to_string(&input_schema::<Sample>()).ok(),
+            serde_json::to_string(&input_schema::<Sample>(&Limits::default())).ok(),
             Some(
                 json!({"type": "object", "properties": {
-                    "name": {"type": "string"},
+                    "name": {"type": "string", "maxLength": 8},
                     "count": {"type": "integer", "default": 10, "description": "How many"},
                     "level": {"type": "string", "enum": ["low", "high"]},
                     "tags": {"type": "array", "items": {"type": "string"}}},
@@ -219,9 +298,32 @@ mod tests {
             )
         );
         assert_eq!(
-            input_schema::<NoArgs>(),
+            input_schema::<NoArgs>(&Limits::default()),
             json!({"type": "object", "properties": {}})
         );
+    }
+
+    // Only its schema is looked at.
+    #[allow(dead_code)]
+    #[derive(Debug, Deserialize, JsonSchema)]
+    struct FromConfig {
+        #[schemars(extend("maxLength" = FILE_BYTES))]
+        content: String,
+        #[schemars(extend("maxItems" = 3), inner(length(max = 4)))]
+        tags: Option<Vec<String>>,
+    }
+
+    #[test]
+    fn a_bound_named_by_its_config_key_is_that_config_s_number() {
+        let limits = Limits { file_bytes: 1234 };
+        let schema = input_schema::<FromConfig>(&limits);
+        assert_eq!(schema["properties"]["content"]["maxLength"], json!(1234));
+        assert_eq!(
+            schema["properties"]["tags"],
+            json!({"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 3})
+        );
+        let other = input_schema::<FromConfig>(&Limits { file_bytes: 99 });
+        assert_eq!(other["properties"]["content"]["maxLength"], json!(99));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::def::ToolDef;
-use crate::input::{input_schema, parse};
+use crate::input::{FILE_BYTES, input_schema, parse};
 use cem_host::AppState;
 use cem_host::privacy::{Session, summary};
 use cem_host::{Args, ToolResult, success};
@@ -30,9 +30,11 @@ pub const RESTORE: ToolDef = ToolDef {
     minimal: false,
 };
 
-/// Both tools take one argument, `text`.
+/// Both tools take one argument, `text`, as long as a workspace file may
+/// be: what an agent sanitizes is a file's worth of text at most.
 #[derive(Deserialize, JsonSchema)]
 struct TextInput {
+    #[schemars(extend("maxLength" = FILE_BYTES))]
     text: String,
 }
 

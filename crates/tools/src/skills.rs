@@ -13,6 +13,13 @@ use crate::skill_ops::usage;
 use cem_host::AppState;
 use cem_host::privacy::{self, Session};
 use cem_host::{Args, ToolResult, blocking, success};
+use cem_store::{MAX_CODE_BYTES, MAX_DESCRIPTION, MAX_NAME};
+
+/// The bound on a skill name argument: the store refuses a name over
+/// [`MAX_NAME`] with the reason and the rule for names, which says more
+/// than a size; this bound is only for what a name costs, well past any
+/// near miss.
+const NAME_ARG: usize = MAX_NAME * 4;
 
 pub const SAVE: ToolDef = ToolDef {
     name: "save_skill",
@@ -24,9 +31,12 @@ pub const SAVE: ToolDef = ToolDef {
 #[derive(Deserialize, JsonSchema)]
 struct SaveInput {
     /// lowercase_identifier
+    #[schemars(extend("maxLength" = NAME_ARG))]
     name: String,
+    #[schemars(extend("maxLength" = MAX_CODE_BYTES))]
     code: String,
     /// What it does and when to use it
+    #[schemars(extend("maxLength" = MAX_DESCRIPTION))]
     description: String,
 }
 
@@ -39,6 +49,7 @@ pub const LOAD: ToolDef = ToolDef {
 
 #[derive(Deserialize, JsonSchema)]
 struct LoadInput {
+    #[schemars(extend("maxLength" = NAME_ARG))]
     name: String,
     /// Default: current
     version: Option<u64>,
@@ -60,6 +71,7 @@ pub const DELETE: ToolDef = ToolDef {
 
 #[derive(Deserialize, JsonSchema)]
 struct NameInput {
+    #[schemars(extend("maxLength" = NAME_ARG))]
     name: String,
 }
 

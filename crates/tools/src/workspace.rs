@@ -8,10 +8,11 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::def::ToolDef;
-use crate::input::{input_schema, parse};
+use crate::input::{FILE_BYTES, input_schema, parse};
 use cem_host::AppState;
 use cem_host::privacy::Session;
 use cem_host::{Args, ToolFailure, ToolResult, blocking, success};
+use cem_store::MAX_PATH_BYTES;
 
 pub const WRITE: ToolDef = ToolDef {
     name: "write_workspace_file",
@@ -23,7 +24,9 @@ pub const WRITE: ToolDef = ToolDef {
 #[derive(Deserialize, JsonSchema)]
 struct WriteInput {
     /// Path relative to the workspace
+    #[schemars(extend("maxLength" = MAX_PATH_BYTES))]
     filename: String,
+    #[schemars(extend("maxLength" = FILE_BYTES))]
     content: String,
 }
 
@@ -37,6 +40,7 @@ pub const READ: ToolDef = ToolDef {
 #[derive(Deserialize, JsonSchema)]
 struct ReadInput {
     /// Path relative to the workspace
+    #[schemars(extend("maxLength" = MAX_PATH_BYTES))]
     filename: String,
 }
 
@@ -50,6 +54,7 @@ pub const LIST: ToolDef = ToolDef {
 #[derive(Deserialize, JsonSchema)]
 struct ListInput {
     /// Directory to list (default: all)
+    #[schemars(extend("maxLength" = MAX_PATH_BYTES))]
     subpath: Option<String>,
 }
 
