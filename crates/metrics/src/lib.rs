@@ -62,6 +62,8 @@ pub const CALL_OUTCOMES: &[&str] = &["ok", "error", "refused"];
 pub const DECISIONS: &[&str] = &["allow", "ask", "deny"];
 /// A person's answers to an approval question.
 pub const ANSWERS: &[&str] = &["allow_once", "allow_execution", "allow_session", "deny"];
+/// The HTTP listener's connection caps.
+pub const HTTP_CAPS: &[&str] = &["total", "per_peer"];
 /// The quotas a refusal can name.
 pub const QUOTAS: &[&str] = &[
     "concurrent_executions",
@@ -114,6 +116,11 @@ impl Metrics {
             "Requests refused by a tenant's quota, by quota"
         );
         describe_gauge!("cem_sessions", "Open MCP sessions");
+        describe_counter!(
+            "cem_http_connections_refused_total",
+            "HTTP connections closed at accept for being over a cap (total or per_peer)"
+        );
+        describe_gauge!("cem_http_connections", "HTTP connections held open");
         describe_gauge!("cem_tenants", "Tenants with state on this node");
         describe_gauge!(
             "cem_search_catalogs",
@@ -145,6 +152,10 @@ impl Metrics {
             counter!("cem_policy_decisions_total", "decision" => *decision).absolute(0);
         }
         gauge!("cem_sessions").set(0.0);
+        for cap in HTTP_CAPS {
+            counter!("cem_http_connections_refused_total", "cap" => *cap).absolute(0);
+        }
+        gauge!("cem_http_connections").set(0.0);
         gauge!("cem_bridge_requests_in_flight").set(0.0);
         Metrics { handle }
     }
@@ -170,6 +181,18 @@ impl Metrics {
 
     pub fn approval(&self, answer: &str) {
         counter!("cem_approvals_total", "answer" => bounded(answer, ANSWERS)).increment(1);
+    }
+
+    /// An HTTP connection was closed at accept, over `cap` (`total` or
+    /// `per_peer`).
+    pub fn http_connection_refused(&self, cap: &str) {
+        counter!("cem_http_connections_refused_total", "cap" => bounded(cap, HTTP_CAPS))
+            .increment(1);
+    }
+
+    /// HTTP connections held open now.
+    pub fn http_connections(&self, held: usize) {
+        gauge!("cem_http_connections").set(held as f64);
     }
 
     pub fn quota_refused(&self, quota: &str) {

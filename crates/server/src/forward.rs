@@ -120,6 +120,51 @@ impl Forwarder {
     }
 }
 
+/// Where a node hands another the sign-in callback (and key page) that
+/// node waits for: `<this>/callback` and `<this>/key`.
+pub const INTERNAL_SIGNIN_PATH: &str = "/internal/oauth";
+
+impl Forwarder {
+    /// Hands a sign-in page's request to `node`, which waits for that
+    /// sign-in (the store says so): the callback (`page` "callback") or
+    /// the key page (`page` "key", its form posted as `form`). What that
+    /// node answers is what the browser gets.
+    pub async fn relay_signin(
+        &self,
+        node: &str,
+        page: &str,
+        query: &str,
+        form: Option<String>,
+    ) -> Result<Response, Failed> {
+        let url = format!("{node}{INTERNAL_SIGNIN_PATH}/{page}?{query}");
+        let request = match form {
+            Some(form) => self
+                .client
+                .post(&url)
+                .header(
+                    header::CONTENT_TYPE.as_str(),
+                    "application/x-www-form-urlencoded",
+                )
+                .body(form),
+            None => self.client.get(&url),
+        };
+        let answer = request
+            .header(NODE_KEY_HEADER, self.cluster.node_key())
+            // A code's exchange happens there, within this.
+            .timeout(std::time::Duration::from_secs(60))
+            .send()
+            .await
+            .map_err(|e| Failed::Unreachable(e.without_url().to_string()))?;
+        let status =
+            StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let page = answer
+            .bytes()
+            .await
+            .map_err(|e| Failed::Unreachable(e.without_url().to_string()))?;
+        Ok((status, page).into_response())
+    }
+}
+
 impl Forwarder {
     /// Relays a request for session `id` (of `kind`, of `tenant`) to
     /// `node`, which the store says holds it. When that node is gone, the

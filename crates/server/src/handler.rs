@@ -154,9 +154,12 @@ impl McpHandler {
 
     /// The tool list as sent to clients.
     pub fn tools(&self) -> Vec<Tool> {
-        tools::listed(self.tenants.local().tool_set)
+        let state = self.tenants.local();
+        // Bounds from config (a file's content up to workspace.max_file_bytes).
+        let limits = tools::input::Limits::of(state);
+        tools::listed(state.tool_set)
             .map(|t| {
-                let schema = match (t.schema)() {
+                let schema = match (t.schema)(&limits) {
                     serde_json::Value::Object(map) => map,
                     _ => serde_json::Map::new(),
                 };
@@ -518,9 +521,18 @@ impl McpHandler {
                 return Ok(self.as_task(&state, args, session).await.into());
             }
             match approval_route(&context) {
-                Route::InputRequired(client) => {
+                Route::InputRequired {
+                    client,
+                    forms,
+                    links,
+                } => {
                     let (questions, rx) = mpsc::unbounded_channel();
-                    session.approver = Some(Arc::new(InputRequiredApprover { questions, client }));
+                    session.approver = Some(Arc::new(InputRequiredApprover {
+                        questions,
+                        client,
+                        forms,
+                        links,
+                    }));
                     // The execution may outlive this request (paused on a
                     // question): its progress token ends with the request.
                     session.progress = None;
@@ -542,10 +554,16 @@ impl McpHandler {
                     };
                     return self.wait(&state, paused).await;
                 }
-                Route::Elicit(client) => {
+                Route::Elicit {
+                    client,
+                    forms,
+                    links,
+                } => {
                     session.approver = Some(Arc::new(ElicitApprover {
                         peer: context.peer.clone(),
                         client,
+                        forms,
+                        links,
                     }));
                 }
                 Route::None(why) => session.no_approver = why,
@@ -618,9 +636,17 @@ fn wants_task(context: &RequestContext<RoleServer>) -> bool {
 /// How an approval question reaches the person behind this request.
 enum Route {
     /// In an input-required result (2026-07-28).
-    InputRequired(String),
+    InputRequired {
+        client: String,
+        forms: bool,
+        links: bool,
+    },
     /// As an `elicitation/create` request on the session.
-    Elicit(String),
+    Elicit {
+        client: String,
+        forms: bool,
+        links: bool,
+    },
     /// Not at all, for this reason.
     None(String),
 }
@@ -630,11 +656,13 @@ fn approval_route(context: &RequestContext<RoleServer>) -> Route {
         .client_info()
         .map(|i| format!("{} {}", i.name, i.version))
         .unwrap_or_else(|| "unnamed client".into());
-    let elicits = context
-        .client_capabilities()
-        .and_then(|c| c.elicitation)
+    let elicitation = context.client_capabilities().and_then(|c| c.elicitation);
+    // An empty `elicitation` object is form mode (the 2025-06-18 shape).
+    let forms = elicitation
+        .as_ref()
         .is_some_and(|e| e.form.is_some() || e.url.is_none());
-    if !elicits {
+    let links = elicitation.as_ref().is_some_and(|e| e.url.is_some());
+    if !forms && !links {
         return Route::None(format!(
             "the client ({client}) did not declare the MCP elicitation capability, so nobody can be asked"
         ));
@@ -643,9 +671,17 @@ fn approval_route(context: &RequestContext<RoleServer>) -> Route {
         .protocol_version()
         .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
     if stateless {
-        Route::InputRequired(client)
+        Route::InputRequired {
+            client,
+            forms,
+            links,
+        }
     } else {
-        Route::Elicit(client)
+        Route::Elicit {
+            client,
+            forms,
+            links,
+        }
     }
 }
 

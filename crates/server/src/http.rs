@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::forward::{self, Forwarder};
-use crate::{McpHandler, ServeError, Tenants};
+use crate::{McpHandler, ServeError, Tenants, listener};
 
 /// How to serve over HTTP.
 #[derive(Debug, Clone)]
@@ -73,6 +73,10 @@ pub async fn serve_http(
     if !options.addr.ip().is_loopback() && !options.auth.required() {
         return Err(ServeError::PublicWithoutAuth { addr: options.addr });
     }
+    // Before the listener takes its first descriptor, so the connection
+    // cap is set from the limit in force.
+    let open_files = listener::raise_open_files();
+    let limits = listener::Limits::new(&tenants.local().config.http, open_files);
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
         .map_err(|source| ServeError::Bind {
@@ -112,6 +116,7 @@ pub async fn serve_http(
         body_limit,
         shutdown.child_token(),
     );
+    let signin = tenants.local().upstreams.signin().cloned();
     let factory_tenants = tenants.clone();
     let service = StreamableHttpService::new(
         move || Ok(McpHandler::for_tenants(factory_tenants.clone())),
@@ -135,6 +140,15 @@ pub async fn serve_http(
         .nest_service(forward::INTERNAL_PATH, service)
         .layer(middleware::from_fn_with_state(guard, internal_layer));
     let health_cluster = options.cluster.clone();
+    // Sign-in callbacks that reach this node for another.
+    let callback_relay = options.cluster.clone().map(|c| Arc::new(Forwarder::new(c)));
+    // Where people's browsers come back from signing in to an upstream:
+    // the resource URL's origin (what they reach us at) or this address.
+    if let Some(signin) = &signin
+        && let Some(base) = callback_base(options.auth.resource(), bound)
+    {
+        signin.listen_at(base);
+    }
     let router = Router::new()
         .merge(mcp)
         .merge(internal)
@@ -150,22 +164,259 @@ pub async fn serve_http(
         .route(
             "/.well-known/oauth-protected-resource/{*path}",
             get(move || resource_metadata(metadata.clone())),
+        )
+        .route(
+            "/oauth/callback",
+            get({
+                let (signin, relay) = (signin.clone(), callback_relay.clone());
+                move |query: RawQuery| {
+                    signin_page(signin.clone(), relay.clone(), Page::Callback, query, None)
+                }
+            }),
+        )
+        .route(
+            "/oauth/key",
+            get({
+                let (signin, relay) = (signin.clone(), callback_relay.clone());
+                move |query: RawQuery| {
+                    signin_page(signin.clone(), relay.clone(), Page::Key, query, None)
+                }
+            })
+            .post({
+                let (signin, relay) = (signin.clone(), callback_relay.clone());
+                move |query: RawQuery, form: String| {
+                    signin_page(signin.clone(), relay.clone(), Page::Key, query, Some(form))
+                }
+            })
+            .layer(axum::extract::DefaultBodyLimit::max(KEY_FORM_LIMIT)),
+        )
+        .route(
+            &format!("{}/{{page}}", forward::INTERNAL_SIGNIN_PATH),
+            get({
+                let (signin, relay) = (signin.clone(), callback_relay.clone());
+                move |page: axum::extract::Path<String>,
+                      headers: axum::http::HeaderMap,
+                      query: RawQuery| {
+                    relayed_signin_page(signin.clone(), relay.clone(), page, headers, query, None)
+                }
+            })
+            .post({
+                let (signin, relay) = (signin.clone(), callback_relay.clone());
+                move |page: axum::extract::Path<String>,
+                      headers: axum::http::HeaderMap,
+                      query: RawQuery,
+                      form: String| {
+                    relayed_signin_page(
+                        signin.clone(),
+                        relay.clone(),
+                        page,
+                        headers,
+                        query,
+                        Some(form),
+                    )
+                }
+            })
+            .layer(axum::extract::DefaultBodyLimit::max(KEY_FORM_LIMIT)),
+        )
+        .route(
+            "/oauth/client.json",
+            get(move || client_metadata(signin.clone())),
         );
 
-    tracing::info!(%bound, "serving MCP over streamable HTTP at /mcp");
+    tracing::info!(
+        %bound,
+        header_timeout_seconds = limits.header_timeout.as_secs(),
+        request_timeout_seconds = limits.request_timeout.as_secs(),
+        idle_timeout_seconds = limits.idle_timeout.as_secs(),
+        max_connections = limits.max_connections,
+        max_connections_per_peer = limits.max_per_peer,
+        "serving MCP over streamable HTTP at /mcp"
+    );
     on_ready(bound);
-    // Without TCP_NODELAY, an answer written in pieces (headers, then a
-    // streamed body, as a relayed answer is) waits on the peer's delayed
-    // ACK: about 40 ms a call.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+    listener::serve(listener, router, limits, shutdown).await;
     Ok(())
+}
+
+/// `<origin>/` of the resource URL (its path less a final `/mcp`), else
+/// this listener's own address (loopback when it listens on all).
+fn callback_base(resource: Option<&url::Url>, bound: SocketAddr) -> Option<url::Url> {
+    if let Some(resource) = resource {
+        let mut base = resource.clone();
+        let path = base.path().trim_end_matches('/');
+        let path = path.strip_suffix("/mcp").unwrap_or(path).to_string();
+        base.set_path(&format!("{path}/"));
+        base.set_query(None);
+        return Some(base);
+    }
+    let ip = if bound.ip().is_unspecified() {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    } else {
+        bound.ip()
+    };
+    url::Url::parse(&format!("http://{}/", SocketAddr::new(ip, bound.port()))).ok()
+}
+
+/// A person's browser back from signing in to an upstream: the sign-in
+/// its `state` names ends here, and the page says how.
+/// The most a key page's form may hold (a key is at most 4 KiB).
+const KEY_FORM_LIMIT: usize = 16 * 1024;
+
+/// The pages a person's browser reaches while signing in to an upstream.
+#[derive(Debug, Clone, Copy)]
+enum Page {
+    /// Where the authorization server sends the browser back.
+    Callback,
+    /// Where a person gives an API key (GET: the form; POST: its answer).
+    Key,
+}
+
+impl Page {
+    fn name(self) -> &'static str {
+        match self {
+            Page::Callback => "callback",
+            Page::Key => "key",
+        }
+    }
+}
+
+async fn signin_page(
+    signin: Option<Arc<cem_signin::SignIn>>,
+    relay: Option<Arc<Forwarder>>,
+    page: Page,
+    RawQuery(query): RawQuery,
+    form: Option<String>,
+) -> Response {
+    let Some(signin) = signin else {
+        return (
+            StatusCode::NOT_FOUND,
+            "sign-in is not set up on this server\n",
+        )
+            .into_response();
+    };
+    let query = query.unwrap_or_default();
+    // Behind a balancer the browser may come back to another node than
+    // the one that began the sign-in (and holds its verifier and the
+    // call waiting on it): that one answers.
+    let names = form.as_deref().unwrap_or(&query);
+    if let Some(relay) = &relay
+        && let Some(node) = signin.elsewhere(names).await
+    {
+        let response = match relay.relay_signin(&node, page.name(), &query, form).await {
+            Ok(response) => response,
+            Err(forward::Failed::Unreachable(why)) => {
+                tracing::warn!(node = %cem_cluster::node_id(&node), error = %why, "the node waiting for a sign-in did not answer");
+                let gone: Result<cem_signin::CredentialId, _> =
+                    Err(cem_signin::SignInError::Other(
+                        "the server node that began this sign-in cannot be reached (it may have \
+                     stopped); start the sign-in again"
+                            .into(),
+                    ));
+                (StatusCode::BAD_GATEWAY, cem_signin::callback_page(&gone)).into_response()
+            }
+        };
+        return signin_headers(response);
+    }
+    signin_headers(finish_here(&signin, page, &query, form).await)
+}
+
+/// A sign-in page this node answers itself.
+async fn finish_here(
+    signin: &cem_signin::SignIn,
+    page: Page,
+    query: &str,
+    form: Option<String>,
+) -> Response {
+    let status = |ok: bool| {
+        if ok {
+            StatusCode::OK
+        } else {
+            StatusCode::BAD_REQUEST
+        }
+    };
+    match (page, form) {
+        (Page::Callback, _) => {
+            let result = signin.complete(query).await;
+            (status(result.is_ok()), cem_signin::callback_page(&result)).into_response()
+        }
+        (Page::Key, None) => match signin.key_page(query) {
+            Ok(form) => (StatusCode::OK, form).into_response(),
+            Err(e) => (
+                StatusCode::BAD_REQUEST,
+                cem_signin::key_result_page(&Err(e)),
+            )
+                .into_response(),
+        },
+        (Page::Key, Some(form)) => {
+            let result = signin.complete_key(&form).await;
+            (status(result.is_ok()), cem_signin::key_result_page(&result)).into_response()
+        }
+    }
+}
+
+/// A sign-in page another node handed over (see `signin_page`): answered
+/// here, never handed on again. Only the nodes' key opens it.
+async fn relayed_signin_page(
+    signin: Option<Arc<cem_signin::SignIn>>,
+    relay: Option<Arc<Forwarder>>,
+    axum::extract::Path(page): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+    RawQuery(query): RawQuery,
+    form: Option<String>,
+) -> Response {
+    let (Some(signin), Some(relay)) = (signin, relay) else {
+        return plain(StatusCode::NOT_FOUND, "not found".into());
+    };
+    let key_ok = headers
+        .get(forward::NODE_KEY_HEADER)
+        .is_some_and(|k| forward::key_matches(k.as_bytes(), relay.cluster.node_key()));
+    if !key_ok {
+        return plain(
+            StatusCode::FORBIDDEN,
+            "this endpoint is for the server's own nodes; browsers use /oauth/callback".into(),
+        );
+    }
+    let page = match page.as_str() {
+        "callback" => Page::Callback,
+        "key" => Page::Key,
+        _ => return plain(StatusCode::NOT_FOUND, "not found".into()),
+    };
+    let query = query.unwrap_or_default();
+    signin_headers(finish_here(&signin, page, &query, form).await)
+}
+
+/// What a sign-in page is sent with: HTML, never cached, no referrer
+/// (the page's address holds the state or the code), never in a frame
+/// (a page of someone else's cannot dress the key form up), and a form
+/// that posts only back here.
+fn signin_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert("referrer-policy", HeaderValue::from_static("no-referrer"));
+    headers.insert("x-frame-options", HeaderValue::from_static("DENY"));
+    headers.insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    response
+}
+
+/// The client metadata document authorization servers fetch when this
+/// server's client id is its URL (CIMD), where `signin.public_url` is https.
+async fn client_metadata(signin: Option<Arc<cem_signin::SignIn>>) -> Response {
+    match signin.and_then(|s| s.client_metadata()) {
+        Some(document) => axum::Json(document).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "no client metadata document: signin.public_url is not an https URL\n",
+        )
+            .into_response(),
+    }
 }
 
 /// The transport's settings: the Host and Origin allow-lists (the loopback
@@ -337,11 +588,12 @@ impl Guard {
         let body = if parts.method == Method::POST {
             let bytes = axum::body::to_bytes(body, self.body_limit)
                 .await
-                .map_err(|_| {
-                    plain(
+                .map_err(|e| match listener::request_timed_out(&e) {
+                    Some(limit) => timed_out(limit),
+                    None => plain(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         format!("the request body is over {} bytes", self.body_limit),
-                    )
+                    ),
                 })?;
             let message = one_message(&bytes)
                 .map_err(|refusal| jsonrpc_error(StatusCode::BAD_REQUEST, refusal))?;
@@ -528,6 +780,23 @@ fn session_id(request: &Request) -> Option<String> {
         .get("mcp-session-id")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
+}
+
+/// The answer to a request whose body did not arrive by its deadline; the
+/// connection is closed after it (the rest of the body is not read).
+fn timed_out(limit: std::time::Duration) -> Response {
+    let mut response = plain(
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "the request did not arrive within {} s of its first byte \
+             (http.request_timeout_seconds); send the body at once, or raise that limit",
+            limit.as_secs()
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn plain(status: StatusCode, message: String) -> Response {

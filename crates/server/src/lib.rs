@@ -16,6 +16,7 @@
 mod forward;
 mod handler;
 mod http;
+mod listener;
 mod logging;
 mod metrics;
 mod stdio;
