@@ -93,9 +93,52 @@ pub enum Command {
     Policy(PolicyCommand),
     /// The audit log: executions, tool calls and policy decisions.
     Audit(AuditArgs),
+    /// Sign-ins to upstream servers that ask for them: sign in, out, and who is signed in where.
+    #[command(subcommand)]
+    Auth(AuthCommand),
     /// Count o200k tokens, as execute_code's `tokens` field does: read JSON
     /// lines (each a JSON string) on stdin, print one count per line.
     Tokens,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthCommand {
+    /// Sign in to SERVER in a browser (the link comes back to this machine).
+    Login {
+        server: String,
+        /// Sign in for this tenant (an operator for a person: the link goes to
+        /// them): a tenant id as under <data>/tenants/, or a static token's name.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Read an API key from stdin instead (for a server with oauth.api_key_header).
+        #[arg(long)]
+        api_key: bool,
+        /// Print the link only; do not try to open a browser.
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Sign out of SERVER: revoke the tokens where offered and delete them.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["server", "all"])))]
+    Logout {
+        server: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Out of every server (a person who leaves the team: with --tenant).
+        #[arg(long, conflicts_with = "server")]
+        all: bool,
+    },
+    /// Who is signed in where: scopes and expiry, never a token.
+    Status {
+        /// This tenant's sign-ins (default: yours).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Every tenant's.
+        #[arg(long, conflicts_with = "tenant")]
+        all: bool,
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -89,6 +89,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         }
         if let Ok(dir) = setup::data_dir(cli) {
             checks.push(packages_check(config, &dir));
+            checks.push(signin_check(config, &dir));
         }
         checks.extend(upstream_checks(cli, config));
     }
@@ -461,6 +462,100 @@ fn auth_check(config: &cem_config::Config) -> Check {
     }
 }
 
+/// The servers people sign in to, and the key their sign-ins are sealed
+/// with: a team server without one can sign nobody in.
+fn signin_check(config: &cem_config::Config, data_dir: &Path) -> Check {
+    let check = |status, detail| Check {
+        name: "signin",
+        status,
+        detail,
+    };
+    let servers: Vec<String> = config
+        .servers
+        .values()
+        .filter(|s| {
+            !s.disabled
+                && s.auth != cem_config::UpstreamAuth::None
+                && !matches!(s.transport, cem_config::Transport::Stdio { .. })
+        })
+        .map(|s| format!("{} ({})", s.name, s.auth.as_str()))
+        .collect();
+    if servers.is_empty() {
+        return check(
+            Status::Ok,
+            "no http or sse server here takes sign-ins".into(),
+        );
+    }
+    let servers = servers.join(", ");
+    let team = cem_host::signin::serves_team(config);
+    let dir = data_dir.join("signin");
+    match cem_host::signin::given_key(config) {
+        Err(e) => check(
+            Status::Fail,
+            format!("{servers}: the key to seal people's sign-ins is unusable: {e}"),
+        ),
+        Ok(Some((key, source))) => {
+            let fingerprint = key.fingerprint();
+            let held = if config.store.url.is_some() {
+                "kept in the store".to_string()
+            } else {
+                held_here(&dir, std::sync::Arc::new(key))
+            };
+            check(
+                Status::Ok,
+                format!(
+                    "{servers}; sealed with the key from {source} (fingerprint {fingerprint}); {held}"
+                ),
+            )
+        }
+        Ok(None) if team => check(
+            Status::Warn,
+            format!(
+                "{servers}: this server serves a team and has no key to seal people's sign-ins \
+                 with, so nobody can sign in; set {} (64 hex digits: `openssl rand -hex 32`) or \
+                 signin.token_key",
+                cem_signin::KEY_ENV
+            ),
+        ),
+        Ok(None) => check(
+            Status::Ok,
+            format!(
+                "{servers}; sealed with a key of this server's own in {} (made on the first \
+                 sign-in; whoever reads the data directory reads it too: set {} to keep a copy of \
+                 the directory from opening)",
+                dir.join("token.key").display(),
+                cem_signin::KEY_ENV
+            ),
+        ),
+    }
+}
+
+/// How many sign-ins the data directory holds, and how many do not open.
+fn held_here(dir: &Path, key: std::sync::Arc<cem_signin::TokenKey>) -> String {
+    use cem_signin::Backend as _;
+    let store = cem_signin::FileBackend::new(dir, key);
+    let listed = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(store.list(None)).map_err(|e| e.to_string()));
+    match listed {
+        Ok(all) => {
+            let bad = all.iter().filter(|s| s.error.is_some()).count();
+            let good = all.len() - bad;
+            if bad == 0 {
+                format!("{good} sign-in(s) kept")
+            } else {
+                format!(
+                    "{good} sign-in(s) kept, {bad} that do not open with this key \
+                     (`auth status --all` lists them)"
+                )
+            }
+        }
+        Err(e) => format!("cannot read the sign-ins kept: {e}"),
+    }
+}
+
 /// The shared store of a deployment of many nodes (`store.url`).
 fn store_check(url: &str) -> Check {
     let checked = tokio::runtime::Builder::new_current_thread()
@@ -613,6 +708,71 @@ fn policy_check(cli: &Cli, config: &cem_config::Config) -> Check {
     }
 }
 
+/// How each tenant's stdio processes are kept apart: one process each
+/// (confined where Landlock is), or one for everyone (`shared`), and the
+/// fixed paths that keep a per-tenant server to its first tenant.
+fn tenancy_checks(config: &cem_config::Config) -> Vec<Check> {
+    let stdio: Vec<&cem_config::ServerConfig> = config
+        .servers
+        .values()
+        .filter(|s| !s.disabled && s.transport.kind() == "stdio")
+        .collect();
+    if stdio.is_empty() {
+        return Vec::new();
+    }
+    let mut checks = Vec::new();
+    let (shared, own): (
+        Vec<&cem_config::ServerConfig>,
+        Vec<&cem_config::ServerConfig>,
+    ) = stdio.into_iter().partition(|s| s.shared);
+    if !own.is_empty() {
+        let names: Vec<&str> = own.iter().map(|s| s.name.as_str()).collect();
+        let (status, how) = if cem_upstream::confinement_available() {
+            (
+                Status::Ok,
+                "each writes only under <tenant>/upstream/<server>/ (Landlock)",
+            )
+        } else {
+            (
+                Status::Warn,
+                "NOT confined (no Landlock): each still gets its own HOME, TMPDIR and working directory",
+            )
+        };
+        checks.push(Check {
+            name: "tenancy",
+            status,
+            detail: format!("one process per tenant: {}; {how}", names.join(", ")),
+        });
+    }
+    if !shared.is_empty() {
+        let names: Vec<&str> = shared.iter().map(|s| s.name.as_str()).collect();
+        checks.push(Check {
+            name: "tenancy",
+            status: Status::Ok,
+            detail: format!(
+                "shared (one process and one state for every tenant): {}",
+                names.join(", ")
+            ),
+        });
+    }
+    for s in own {
+        for fixed in cem_upstream::tenancy::fixed_paths(s) {
+            checks.push(Check {
+                name: "tenancy",
+                status: Status::Warn,
+                detail: format!(
+                    "{}: {} names the fixed path {}, so only the first tenant whose code uses it can; put ${{{}}} in it, or mark the server \"shared\": true",
+                    s.name,
+                    fixed.field,
+                    fixed.path.display(),
+                    cem_config::TENANT_DIR_VAR
+                ),
+            });
+        }
+    }
+    checks
+}
+
 /// A server's tool count, and the tools whose pinned digest no longer holds.
 fn pins_check(pins: &cem_store::PinStore, server: &str, tools: &[cem_upstream::Tool]) -> Check {
     let listed: Vec<serde_json::Value> = tools
@@ -665,6 +825,14 @@ fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
         }];
     };
     let manager = cem_upstream::Manager::new(config, data_dir.join("cache").join("tools"));
+    manager.serve_tenant(cem_upstream::Tenancy {
+        tenant: cem_auth::LOCAL_TENANT.to_string(),
+        root: data_dir.join("upstream"),
+        data_dir: data_dir.clone(),
+        hidden: Vec::new(),
+        local: true,
+        claims: cem_upstream::Claims::default(),
+    });
     let results = runtime.block_on(async {
         let r = manager.all_tools(true).await;
         manager.shutdown().await;
@@ -682,6 +850,7 @@ fn upstream_checks(cli: &Cli, config: &cem_config::Config) -> Vec<Check> {
             },
         })
         .collect();
+    checks.extend(tenancy_checks(config));
     for s in config.servers.values().filter(|s| s.disabled) {
         checks.push(Check {
             name: "upstream",

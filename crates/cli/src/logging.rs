@@ -23,6 +23,9 @@ pub fn hide_secrets(secrets: &cem_config::Redactor) {
     }
 }
 
+/// rmcp's targets whose debug lines carry secrets or whole messages.
+const CAPPED_AT_INFO: [&str; 2] = ["rmcp::service", "rmcp::transport::auth"];
+
 /// Logs to stderr at `level` in `format`; with a `tracer`, the server's
 /// spans also go to OpenTelemetry, whatever the log level.
 pub fn init(
@@ -32,11 +35,20 @@ pub fn init(
 ) {
     // rmcp logs every handshake at info; keep it quiet unless asked for.
     let spec = if level == "info" {
-        "info,rmcp=warn"
+        "info,rmcp=warn".to_string()
     } else {
-        level
+        // At debug rmcp prints whole messages (tool results, arguments,
+        // the sign-in links of URL elicitations) and the authorization
+        // codes it exchanges: never, unless the target is named outright.
+        let mut spec = level.to_string();
+        for target in CAPPED_AT_INFO {
+            if !level.contains(target) {
+                spec.push_str(&format!(",{target}=info"));
+            }
+        }
+        spec
     };
-    let filter = EnvFilter::try_new(spec).unwrap_or_else(|_| {
+    let filter = EnvFilter::try_new(&spec).unwrap_or_else(|_| {
         eprintln!("warning: invalid --log-level {level:?}; using info");
         EnvFilter::new("info")
     });

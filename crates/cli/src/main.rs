@@ -3,6 +3,7 @@
 
 mod args;
 mod audit;
+mod auth;
 mod doctor;
 mod exec;
 mod json_lines;
@@ -68,6 +69,7 @@ fn main() -> ExitCode {
         Command::Packages(cmd) => packages::run(&cli, cmd),
         Command::Policy(cmd) => policy::run(&cli, cmd),
         Command::Audit(args) => audit::run(&cli, args),
+        Command::Auth(cmd) => auth::run(&cli, cmd),
         // The embedded o200k tokenizer from the shell, so benchmarks and
         // scripts count exactly as execute_code's `tokens` field does.
         Command::Tokens => {

@@ -73,6 +73,10 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         // first tools/list does not wait for it.
         state.engine.warm_up();
         state.catalog.watch_changes();
+        // People whose static token left the config are signed out of
+        // their upstreams (revoked where offered), in the background.
+        let (upstreams, config) = (state.upstreams.clone(), state.config.clone());
+        tokio::spawn(async move { cem_host::signin::sign_out_removed(&upstreams, &config).await });
         let wrappers = state.catalog.clone();
         tokio::spawn(async move { wrappers.write_cached_wrappers().await });
         let catalog = state.catalog.clone();

@@ -333,7 +333,8 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> anyhow::Result<ExitCode> {
         indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} tools {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let stats = cem_catalog::python::write_wrappers(&entries, &out, &mut |done, _| {
+    let python = state.config.sandbox.python.clone();
+    let stats = cem_catalog::python::write_wrappers(&entries, &out, &python, &mut |done, _| {
         bar.set_position(done as u64)
     })
     .with_context(|| format!("cannot write wrappers under {}", out.display()))?;
@@ -349,6 +350,21 @@ pub fn generate(cli: &Cli, args: &GenerateArgs) -> anyhow::Result<ExitCode> {
     );
     for (server, error) in &built.unavailable {
         eprintln!("warning: {server} skipped: {error}");
+    }
+    for skipped in &stats.skipped {
+        match &skipped.tool {
+            Some(tool) => eprintln!(
+                "warning: no wrapper for {}.{tool}: {}",
+                skipped.server, skipped.reason
+            ),
+            None => eprintln!(
+                "warning: no wrappers for {}: {}",
+                skipped.server, skipped.reason
+            ),
+        }
+    }
+    if let Some(why) = &stats.unchecked {
+        eprintln!("warning: the wrappers were not compiled before they were written: {why}");
     }
     Ok(ExitCode::SUCCESS)
 }
