@@ -20,6 +20,19 @@ phase. The server's RSS is sampled every second, from its start to 30 s after th
 JSON object: p50/p99 of the ordinary tenants in each phase and their ratio, errors, RSS at start, peak, final,
 how many attacks ran and how they ended, and the ordinary p99 over the requests that ran beside each attack.
 
+3. slow connections (--slow-minutes, 0 for none): the same eight beside --slow-connections (2,000) slowloris
+   sockets from 127.0.0.2 (a request line, then a header byte every three seconds, reopened when the server
+   closes one), in a process of its own; reported apart as `slow_connections`: the tenants' p50/p99 and p99
+   against the baseline's, errors, the peak RSS, and what the attacker opened and the server closed.
+
+4. hostile upstreams (--upstream-minutes, 0 for none): the same eight while three upstreams of the config
+   (tests/integration/servers/hostile_server.py) attack, turned on by a file for the phase only: `storm`
+   announces tools/list_changed ten times a second, each listing different; `endless` pages its tool list
+   for ever (2,000 tools a page) and announces a change every second; and the two hostile tenants call
+   `loud.shout` in a loop (20 MB of stderr a call, on their own processes). Reported apart as
+   `hostile_upstreams`: the tenants' p50/p99 and p99 against the baseline's, errors, the peak RSS, the log's
+   growth, and how often each attack ran.
+
 CEM_SOAK_TRACE=1 prints each attack's tenant, name, start and end (`time.monotonic()`, the clock every process
 of this machine shares) to stderr, to line a run up with a sample of the tenants' cgroups or a kernel trace
 (record that with `perf sched record -k CLOCK_MONOTONIC`: perf's own clock is another).
@@ -228,6 +241,145 @@ ATTACKER = multiprocessing.get_context("fork")
 ATTACK_PIPE = ATTACKER.Pipe(duplex=False)
 
 
+# --- a slow-connection attacker --------------------------------------------------------------------------------
+
+SLOW_SOURCE = "127.0.0.2"  # another loopback address: the ordinary tenants connect from 127.0.0.1
+
+
+def slow_connections(port: int, until: float, count: int, pipe) -> None:
+    """Slowloris from SLOW_SOURCE (in a process of its own, like the attack driver): `count` connections, each
+    sending a request line and then a header byte every three seconds, never finishing; one the server closes
+    is opened again, at most 500 a second. Sends back how many were opened, how many the server closed, and the
+    most held at once."""
+    import resource
+    import selectors
+    import socket
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = min(hard, count + 1024) if hard != resource.RLIM_INFINITY else count + 1024
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    sel = selectors.DefaultSelector()
+    # socket: [whether its request line went out, when it was opened]
+    socks: dict[socket.socket, list] = {}
+    # most_held: the most open for over 2 s at once (what the server kept rather than refused at once).
+    stats = {"connections": count, "opened": 0, "closed_by_server": 0, "open_failures": 0, "most_held": 0}
+    next_drip, allowance, last = 0.0, 0.0, time.monotonic()
+    while time.monotonic() < until:
+        # At most 500 opened a second, however fast the server closes them: slow connections, not a flood.
+        now = time.monotonic()
+        allowance, last = min(500.0, allowance + (now - last) * 500), now
+        while allowance >= 1 and len(socks) < count:
+            allowance -= 1
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.bind((SLOW_SOURCE, 0))
+                s.connect_ex(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                stats["open_failures"] += 1
+                break
+            socks[s] = [False, time.monotonic()]
+            sel.register(s, selectors.EVENT_READ)
+            stats["opened"] += 1
+        for key, _ in sel.select(timeout=0.1):
+            s = key.fileobj
+            try:
+                data = s.recv(4096)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                sel.unregister(s)
+                s.close()
+                del socks[s]
+                stats["closed_by_server"] += 1
+        if time.monotonic() >= next_drip:
+            now = time.monotonic()
+            next_drip = now + 3
+            stats["most_held"] = max(stats["most_held"], sum(now - at > 2 for _, at in socks.values()))
+            for s, state in socks.items():
+                try:
+                    s.send(b"a" if state[0] else b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                    state[0] = True
+                except OSError:
+                    pass
+    for s in socks:
+        s.close()
+    pipe.send(stats)
+
+
+SLOW_PIPE = multiprocessing.get_context("fork").Pipe(duplex=False)
+
+
+HOSTILE_SERVER = REPO / "tests" / "integration" / "servers" / "hostile_server.py"
+
+
+def hostile_upstreams(trigger: Path) -> dict:
+    """The hostile upstreams of the config, each quiet until `trigger` exists."""
+    def server(**env) -> dict:
+        return {"command": "/usr/bin/python3", "args": [str(HOSTILE_SERVER)],
+                "env": {"HOSTILE_TRIGGER_FILE": str(trigger), **{k: str(v) for k, v in env.items()}}}
+    return {
+        "storm": server(HOSTILE_LIST_CHANGED_HZ=10, HOSTILE_CHANGING=1),
+        "endless": server(HOSTILE_PAGES="endless", HOSTILE_PAGE_SIZE=2000, HOSTILE_DESCRIPTION_BYTES=400,
+                          HOSTILE_LIST_CHANGED_HZ=1),
+        # No trigger: its file would be a fixed path, which one tenant's process holds and the other's is refused.
+        "loud": {"command": "/usr/bin/python3", "args": [str(HOSTILE_SERVER)]},
+    }
+
+
+def shouter(port: int, name: str, until: float, counts: dict) -> None:
+    """A hostile tenant making an upstream write 20 MB of stderr a call, in a loop."""
+    t = Tenant(port, name)
+    code = "for _ in range(5):\n    call_tool('loud.shout', {'bytes': 4000000})\n"
+    while time.monotonic() < until:
+        try:
+            answer = t.call("execute_code", {"code": code, "timeout_seconds": 30})
+            outcome = "ok" if answer.get("success") else (answer.get("error") or answer.get("text") or "")[:60]
+        except Exception as e:  # noqa: BLE001
+            outcome = f"request failed: {str(e)[:60]}"
+        with LOCK:
+            counts[outcome] = counts.get(outcome, 0) + 1
+
+
+def upstream_phase(port: int, minutes: float, trigger: Path, out: dict, stop: threading.Event) -> dict:
+    """The eight ordinary tenants for `minutes` while the hostile upstreams attack; what the attackers did."""
+    until = time.monotonic() + minutes * 60
+    trigger.write_text("on")
+    counts: dict = {}
+    threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "upstream", stop)) for n in ORDINARY]
+    threads += [threading.Thread(target=shouter, args=(port, n, until, counts)) for n in HOSTILE]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trigger.unlink()
+    return {"shout_calls": counts}
+
+
+def slow_phase(port: int, minutes: float, count: int, out: dict, stop: threading.Event) -> dict:
+    """The eight ordinary tenants for `minutes` while `count` slow connections are held against the server:
+    what the attacker could hold, and the tenants' latency in `out["slow"]`."""
+    until = time.monotonic() + minutes * 60
+    attacker = ATTACKER.Process(target=slow_connections, args=(port, until, count, SLOW_PIPE[1]), daemon=True)
+    attacker.start()
+    # The attack reaches its size first (500 connections a second at most).
+    time.sleep(min(count / 500 + 1, minutes * 30))
+    threads = [threading.Thread(target=ordinary, args=(port, n, until, out, "slow", stop)) for n in ORDINARY]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stats = SLOW_PIPE[0].recv() if SLOW_PIPE[0].poll(max(1.0, until + 60 - time.monotonic())) else {}
+    attacker.join(timeout=10)
+    if attacker.is_alive():
+        attacker.kill()
+    return stats
+
+
 # --- the server -----------------------------------------------------------------------------------------------
 
 LOCK = threading.Lock()
@@ -321,13 +473,21 @@ def main() -> None:
     parser.add_argument("--after-seconds", type=float, default=30)
     # sandbox.tenant_cpu_percent for the run (the server's default when not given).
     parser.add_argument("--tenant-cpu-percent", type=int)
+    # The slow-connection phase, after the hostile one: the ordinary tenants beside N slowloris connections
+    # from another loopback address (0 minutes: none).
+    parser.add_argument("--slow-minutes", type=float, default=2)
+    parser.add_argument("--slow-connections", type=int, default=2000)
+    # The hostile-upstream phase, last (0 minutes: none).
+    parser.add_argument("--upstream-minutes", type=float, default=2)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cem-soak-"))
     data = tmp / "data"
     data.mkdir()
     config = tmp / "config.json"
+    trigger = tmp / "upstreams-attack"
     config.write_text(json.dumps({
-        "mcpServers": {"fault": {"command": str(SDK1), "args": [str(FAULT)]}},
+        "mcpServers": {"fault": {"command": str(SDK1), "args": [str(FAULT)]},
+                       **(hostile_upstreams(trigger) if args.upstream_minutes > 0 else {})},
         "auth": {"tokens": {n: token(n) for n in ORDINARY + HOSTILE}},
         "sandbox": {"max_concurrent": 12, "disk_quota_mb": 256, "tenant_idle_seconds": args.idle_seconds,
                     **({"tenant_cpu_percent": args.tenant_cpu_percent} if args.tenant_cpu_percent else {})},
@@ -384,6 +544,16 @@ def main() -> None:
         if attackers.is_alive():
             attackers.kill()
         out.update(attacked)
+        slow_stats = None
+        if args.slow_minutes > 0:
+            phase["name"] = "slow"
+            slow_stats = slow_phase(port, args.slow_minutes, args.slow_connections, out, stop)
+        upstream_stats = None
+        if args.upstream_minutes > 0:
+            phase["name"] = "upstream"
+            log_before = log.stat().st_size
+            upstream_stats = upstream_phase(port, args.upstream_minutes, trigger, out, stop)
+            upstream_stats["log_growth_mb"] = round((log.stat().st_size - log_before) / (1 << 20), 2)
         phase["name"] = "after"
         time.sleep(args.after_seconds)
         final_rss = rss_kb(proc.pid)
@@ -414,6 +584,32 @@ def main() -> None:
                         "final": round(final_rss / 1024, 1)}
     report["warm_up_errors"] = out.get("warm-up", {}).get("errors", [])[:5]
     report["attacks"] = out.get("attacks", {})
+    if slow_stats is not None:
+        lat = out.get("slow", {}).get("latencies", [])
+        report["slow_connections"] = {
+            "minutes": args.slow_minutes, "attacker": slow_stats,
+            "requests": len(lat),
+            "p50_ms": round(percentile(lat, 50) * 1000, 1),
+            "p99_ms": round(percentile(lat, 99) * 1000, 1),
+            "p99_ratio": round(percentile(lat, 99) * 1000 / report["baseline"]["p99_ms"], 2),
+            "errors": len(out.get("slow", {}).get("errors", [])),
+            "first_errors": out.get("slow", {}).get("errors", [])[:5],
+            "peak_rss_mb": round(max((r for _, r, p in rss if p == "slow"), default=0) / 1024, 1),
+        }
+    if upstream_stats is not None:
+        lat = out.get("upstream", {}).get("latencies", [])
+        report["hostile_upstreams"] = {
+            "minutes": args.upstream_minutes, **upstream_stats,
+            "requests": len(lat),
+            "p50_ms": round(percentile(lat, 50) * 1000, 1),
+            "p99_ms": round(percentile(lat, 99) * 1000, 1),
+            "p99_ratio": round(percentile(lat, 99) * 1000 / report["baseline"]["p99_ms"], 2),
+            "errors": len(out.get("upstream", {}).get("errors", [])),
+            "first_errors": out.get("upstream", {}).get("errors", [])[:5],
+            "p99_ms_by_tool": {k: round(percentile(v, 99) * 1000, 1)
+                               for k, v in out.get("upstream", {}).get("by_tool", {}).items()},
+            "peak_rss_mb": round(max((r for _, r, p in rss if p == "upstream"), default=0) / 1024, 1),
+        }
     report["p99_ms_while"] = while_attacks(out.get("hostile", {}).get("timed", []), out.get("attack_spans", []))
     print(json.dumps(report, indent=2))
 

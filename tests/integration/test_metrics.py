@@ -91,7 +91,7 @@ def test_prometheus_scrapes_what_the_workload_did(tmp_path: Path):
         assert linted.returncode == 0, linted.stdout + linted.stderr + text
         # No tenant, session or argument ever labels a series.
         labels = set(re.findall(r"(\w+)=\"", text))
-        assert labels <= {"outcome", "server", "decision", "answer", "quota", "le"}, labels
+        assert labels <= {"outcome", "server", "decision", "answer", "quota", "cap", "le"}, labels
 
         prometheus, api = start_prometheus(tmp_path, metrics_url)
         expected = {

@@ -196,10 +196,17 @@ async def test_write_size_limit(data_dir: Path, tmp_path: Path):
     async with Client(params) as client:
         big = await client.call_tool("write_workspace_file", {"filename": "big.txt", "content": "x" * 101})
         assert big.is_error
-        assert "over the limit of 100 bytes" in big.structured_content["error"]
+        # Refused at dispatch, from the schema's maxLength (characters), naming the argument.
+        assert "'content'" in big.structured_content["error"]
+        assert "over the 100" in big.structured_content["error"]
+        # Fewer characters than the limit, more bytes: the workspace's own limit is in bytes.
+        wide = await client.call_tool("write_workspace_file", {"filename": "wide.txt", "content": "é" * 60})
+        assert wide.is_error
+        assert "over the limit of 100 bytes" in wide.structured_content["error"]
         small = await client.call_tool("write_workspace_file", {"filename": "ok.txt", "content": "x" * 100})
         assert not small.is_error
     assert not (data_dir / "workspace" / "big.txt").exists()
+    assert not (data_dir / "workspace" / "wide.txt").exists()
 
 
 async def test_unknown_tool_is_a_protocol_error(data_dir: Path):

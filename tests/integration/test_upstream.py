@@ -110,7 +110,8 @@ async def test_categories_search_and_definitions_from_five_real_servers(data_dir
         assert nocat["is_error"] and "no category 'nope'" in nocat["error"]
         # The answer repeats the query: a 100 KB one is refused, not echoed.
         long = await call(client, "search_tools", {"query": "read a file " * 10_000})
-        assert long["is_error"] and "search with at most 1000" in long["error"] and len(long["error"]) < 300, long
+        assert long["is_error"] and "argument 'query' is 120000 characters long, over the 1000" in long["error"] \
+            and len(long["error"]) < 300, long
         # A tool's exact name finds it first, meaning or not.
         named = await call(client, "search_tools", {"query": "git.git_log", "limit": 3})
         assert named["tools"][0]["name"] == "git_log", named

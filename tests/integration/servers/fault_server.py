@@ -1,7 +1,7 @@
 """A fault-injection MCP server (Python SDK 1.x FastMCP) for the upstream tests.
 
 Tools: ok() answers; crash() kills the process mid-call; sleep(seconds)
-answers late; slow_steps(steps) reports progress and notes its cancellation; freeze(seconds) blocks the server, which stops reading its input; big_image(kib) returns binary content; add_tool(name) registers a new tool and announces
+answers late; slow_steps(steps) reports progress and notes its cancellation; freeze(seconds) blocks the server, which stops reading its input; big_image(kib) returns binary content; note(text, tags) declares maxLength bounds; add_tool(name) registers a new tool and announces
 notifications/tools/list_changed. With FAULT_STUBBORN_PIDFILE set, it starts a child, ignores
 SIGTERM and the end of its input, and writes both pids to that file; with FAULT_ORPHAN_PIDFILE set,
 it exits at the end of its input but its child ignores SIGTERM; FAULT_START_DELAY (seconds) makes
@@ -11,8 +11,10 @@ it slow to start. FAULT_EXTRA_TOOLS (names separated by commas) adds tools with 
 
 import asyncio
 import os
+from typing import Annotated
 
 from mcp.server.fastmcp import Context, FastMCP, Image
+from pydantic import Field
 
 server = FastMCP("fault")
 
@@ -70,6 +72,18 @@ async def add_tool(name: str, ctx: Context) -> str:
     server.add_tool(lambda: name, name=name, description=f"dynamically added {name}")
     await ctx.session.send_tool_list_changed()
     return "added"
+
+
+@server.tool()
+def note(
+    text: Annotated[str, Field(max_length=50)],
+    tags: list[Annotated[str, Field(max_length=8)]] | None = None,
+) -> str:
+    """Declares maxLength 50 on text and 8 on each tag; with FAULT_NOTES_FILE set, appends what reached it there."""
+    if os.environ.get("FAULT_NOTES_FILE"):
+        with open(os.environ["FAULT_NOTES_FILE"], "a") as f:
+            f.write(text + "\n")
+    return f"noted {len(text)}"
 
 
 @server.tool()
