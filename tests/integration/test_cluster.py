@@ -312,7 +312,7 @@ def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: D
         return out.returncode, next(c for c in json.loads(out.stdout)["checks"] if c["check"] == "store")
 
     code, store = doctor()
-    assert store["status"] == "ok" and "schema version 3" in store["detail"], store
+    assert store["status"] == "ok" and "schema version 4" in store["detail"], store
     assert all(n.url.removesuffix("/mcp") in store["detail"] for n in d.nodes), store
     # Without its store a node is alive but not ready, so the balancer stops sending it requests.
     d.pg.stop()
@@ -336,7 +336,10 @@ async def test_an_approval_answered_through_another_node_reaches_the_paused_exec
 
     from test_upstream import MEMORY
 
-    graph = tmp_path / "memory.json"
+    # In a directory of its own: the tenant's process may write there (server-memory writes a temporary file beside
+    # the graph and renames it over it), and nowhere else; beside the nodes' data directories only the file would be.
+    (tmp_path / "graph").mkdir()
+    graph = tmp_path / "graph" / "memory.json"
     extra = {"mcpServers": {"memory": {"command": "node", "args": [MEMORY], "env": {"MEMORY_FILE_PATH": str(graph)}}},
              "policy": {"rules": {"memory.create_entities": "ask"}}}
     d = deploy(tmp_path, n=3, extra=extra)
