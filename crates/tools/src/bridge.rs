@@ -91,7 +91,9 @@ impl Bridge for ToolBridge {
                 _ => None,
             });
             // The same bounds as the agent's own search_tools.
-            crate::dispatch::check_sizes(&state, crate::SEARCH.name, &mut args).map_err(|e| e.0)?;
+            crate::SEARCH
+                .check_sizes(&state, &mut args)
+                .map_err(|e| e.0)?;
             let mut body = crate::discovery::search(&state, args, &session)
                 .await
                 .map_err(|e| e.0)?;

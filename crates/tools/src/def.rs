@@ -17,6 +17,27 @@ pub struct ToolDef {
     pub minimal: bool,
 }
 
+impl ToolDef {
+    /// Refuses `args` where one is over a size bound this tool's input
+    /// schema declares (every string, array and free object has one),
+    /// naming the argument, its size and the bound. The arguments are
+    /// looked at where they are, not copied.
+    pub fn check_sizes(
+        &self,
+        state: &cem_host::AppState,
+        args: &mut cem_host::Args,
+    ) -> Result<(), cem_host::ToolFailure> {
+        let Some(bounds) =
+            cem_host::bounds::Bounds::of(&(self.schema)(&crate::input::Limits::of(state)))
+        else {
+            return Ok(());
+        };
+        bounds
+            .check(args.as_map_mut())
+            .map_err(|over| cem_host::ToolFailure(format!("{}: {over}", self.name)))
+    }
+}
+
 /// The `outputSchema` of tool `name`: its `structuredContent` is an object
 /// with `success` and, on success, these fields (errors carry `error`).
 /// Terse on purpose, as every `tools/list` pays for it: only fields every

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use cem_host::bounds::Bounds;
 use cem_host::privacy::Session;
 use cem_host::{AppState, Args, ToolFailure, ToolSet};
 
 use crate::def::ToolDef;
-use crate::input::Limits;
 use crate::{discovery, execute, pii, skills, stats, workspace};
 pub use cem_host::Answer;
 
@@ -85,20 +83,12 @@ pub async fn run(
     Some(answer)
 }
 
-/// Refuses `args` where one is over a size bound tool `name`'s input
-/// schema declares (every string, array and free object of the server's
-/// own tools has one), naming the argument, its size and the bound. The
-/// arguments are looked at where they are, not copied.
-pub fn check_sizes(state: &AppState, name: &str, args: &mut Args) -> Result<(), ToolFailure> {
-    let Some(tool) = TOOLS.iter().find(|t| t.name == name) else {
-        return Ok(());
-    };
-    let Some(bounds) = Bounds::of(&(tool.schema)(&Limits::of(state))) else {
-        return Ok(());
-    };
-    bounds
-        .check(args.as_map_mut())
-        .map_err(|over| ToolFailure(format!("{name}: {over}")))
+/// [`ToolDef::check_sizes`] of tool `name`, when it is one of ours.
+fn check_sizes(state: &AppState, name: &str, args: &mut Args) -> Result<(), ToolFailure> {
+    match TOOLS.iter().find(|t| t.name == name) {
+        Some(tool) => tool.check_sizes(state, args),
+        None => Ok(()),
+    }
 }
 
 async fn dispatch(
@@ -187,7 +177,7 @@ mod output_tests {
 
     #[test]
     fn every_string_array_and_free_object_of_every_tool_is_bounded() {
-        let limits = Limits { file_bytes: 777 };
+        let limits = crate::input::Limits { file_bytes: 777 };
         let mut missing = Vec::new();
         for tool in TOOLS {
             let schema = (tool.schema)(&limits);
