@@ -28,9 +28,10 @@ pub use error::{ConfigError, Problem};
 pub use expand::TENANT_DIR_VAR;
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, Config, DiskQuotaMode, HttpConfig, MAX_LIST_CHANGED_BACKOFF_SECONDS,
-    MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig, PiiMode, PiiType, SandboxConfig,
-    SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, CatalogConfig, Config, DiskQuotaMode, HttpConfig,
+    MAX_LIST_CHANGED_BACKOFF_SECONDS, MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig,
+    PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig,
+    WorkspaceConfig,
 };
 pub use parse::{Parsed, parse_str};
 pub use redact::{REDACTED, Redactor, SecretValues, names_a_credential, tenant_digest};

@@ -24,6 +24,8 @@ pub struct Config {
     pub audit: AuditConfig,
     /// How tools are found (`search`).
     pub search: SearchConfig,
+    /// What the catalog learns of the tools (`catalog`).
+    pub catalog: CatalogConfig,
     /// The Prometheus metrics listener (`metrics`).
     pub metrics: MetricsConfig,
     /// How the HTTP listener holds slow and many connections (`http`).
@@ -80,6 +82,31 @@ impl Default for HttpConfig {
             idle_timeout_seconds: 30,
             max_connections: None,
             max_connections_per_peer: 256,
+        }
+    }
+}
+
+/// The `catalog` section: what is learned of the tools themselves.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CatalogConfig {
+    /// Learn the shapes of tool results (types and field names, never
+    /// values) from what code gets back, for tools that declare no
+    /// `outputSchema`: wrappers, stubs and definitions then say what a
+    /// tool returns. On by default; off records nothing and shows none.
+    pub learn_shapes: bool,
+    /// At start-up (`serve`), call the tools that are read-only by their
+    /// annotations and allowed by policy, with arguments built from their
+    /// schemas, to learn their shapes before first use (what `tools
+    /// discover` does). Off by default: it starts every server and calls
+    /// its tools.
+    pub discover_at_start: bool,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            learn_shapes: true,
+            discover_at_start: false,
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::access::{
 };
 use crate::expand::expand_noting;
 use crate::model::{
-    AuditConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode, PiiType, SandboxConfig,
-    SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AuditConfig, CatalogConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode, PiiType,
+    SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 use crate::redact::{SecretValues, names_a_credential};
 use crate::{ConfigError, Problem, Requirement, Secret};
@@ -123,6 +123,7 @@ impl Cx<'_> {
                 "upstream" => config.upstream = self.upstream(value),
                 "policy" => (config.policy, config.audit) = self.policy(value),
                 "search" => config.search = self.search(value),
+                "catalog" => config.catalog = self.catalog(value),
                 "metrics" => config.metrics = self.metrics(value),
                 "http" => config.http = self.http(value),
                 "auth" => config.auth = self.auth(value),
@@ -862,6 +863,24 @@ impl Cx<'_> {
             );
         }
         h
+    }
+
+    fn catalog(&mut self, value: &Value) -> CatalogConfig {
+        let mut c = CatalogConfig::default();
+        let Some(obj) = self.object("catalog", value) else {
+            return c;
+        };
+        for (field, v) in obj {
+            let key = format!("catalog.{field}");
+            match field.as_str() {
+                "learn_shapes" => c.learn_shapes = self.boolean(&key, v).unwrap_or(c.learn_shapes),
+                "discover_at_start" => {
+                    c.discover_at_start = self.boolean(&key, v).unwrap_or(c.discover_at_start)
+                }
+                _ => self.unknown(&key, &["learn_shapes", "discover_at_start"]),
+            }
+        }
+        c
     }
 
     fn search(&mut self, value: &Value) -> SearchConfig {
