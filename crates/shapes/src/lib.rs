@@ -23,12 +23,13 @@
 //! Pure code: no I/O but the [`ShapeBook`]'s own file.
 
 mod book;
+pub mod declared;
 mod format;
 pub mod keys;
 pub mod schema;
 mod shape;
 
-pub use book::{BookError, Learned, Recorded, ShapeBook, Source};
+pub use book::{BookError, Learned, MAX_TOOLS, Recorded, ShapeBook, Source};
 pub use format::Format;
 pub use shape::Shape;
 
