@@ -180,6 +180,10 @@ pub struct Wrappers {
     pub python: std::path::PathBuf,
 }
 
+/// How long after a shape changed the catalog waits for more changes
+/// before it rebuilds.
+const SHAPES_SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub struct CatalogService {
     manager: Arc<Manager>,
     registry: Vec<Entry>,
@@ -220,6 +224,11 @@ pub struct CatalogService {
     /// When the catalog was last asked for (see
     /// [`CatalogService::release_if_idle`]).
     used_at: crate::last_use::LastUse,
+    /// The tenant's learned result shapes, given to the entries it shows,
+    /// and the local tenant's, which type the wrappers every tenant mounts.
+    shapes: std::sync::OnceLock<(Arc<crate::shapes::Shapes>, Arc<crate::shapes::Shapes>)>,
+    /// The shapes' generation the current catalog was built with.
+    shapes_seen: std::sync::atomic::AtomicU64,
 }
 
 impl CatalogService {
@@ -249,7 +258,26 @@ impl CatalogService {
             vector_cache,
             shared,
             used_at: Default::default(),
+            shapes: std::sync::OnceLock::new(),
+            shapes_seen: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Shows `own` learned shapes in this catalog's entries, and types the
+    /// wrappers it writes with `wrappers` (the local tenant's).
+    pub fn learns_shapes_from(
+        &self,
+        own: Arc<crate::shapes::Shapes>,
+        wrappers: Arc<crate::shapes::Shapes>,
+    ) {
+        let _ = self.shapes.set((own, wrappers));
+    }
+
+    /// Whether shapes changed since the current catalog was built.
+    fn shapes_stale(&self) -> bool {
+        self.shapes.get().is_some_and(|(own, _)| {
+            own.generation() != self.shapes_seen.load(std::sync::atomic::Ordering::SeqCst)
+        })
     }
 
     /// The static registry's entries.
@@ -535,6 +563,10 @@ impl CatalogService {
         let Some(Wrappers { dir, python }) = target else {
             return;
         };
+        let mut entries = entries;
+        if let Some((_, shapes)) = self.shapes.get() {
+            shapes.overlay(&mut entries);
+        }
         let outcome = tokio::task::spawn_blocking(move || {
             let refs: Vec<&Entry> = entries
                 .iter()
@@ -592,6 +624,10 @@ impl CatalogService {
         }
         if self.signed_in_since().await {
             // The person signed in to a server this catalog lacks.
+            self.invalidate().await;
+        } else if self.shapes_stale() && !self.watching.load(std::sync::atomic::Ordering::SeqCst) {
+            // A tool's result shape changed (the server rebuilds on its own,
+            // in the background: see `watch_changes`).
             self.invalidate().await;
         }
         if let Some(built) = self.current.read().await.as_ref() {
@@ -731,6 +767,32 @@ impl CatalogService {
                 service.rebuild_in_background().await;
             }
         });
+        let Some((own, _)) = self.shapes.get() else {
+            return;
+        };
+        let mut wakers = vec![own.clone()];
+        wakers.extend(own.fallback().cloned());
+        for shapes in wakers {
+            let weak = Arc::downgrade(self);
+            tokio::spawn(async move {
+                let mut next = std::pin::pin!(shapes.changed().notified());
+                next.as_mut().enable();
+                loop {
+                    next.as_mut().await;
+                    // A burst of first calls (an execution's loop over
+                    // tools) makes one rebuild, not one each.
+                    tokio::time::sleep(SHAPES_SETTLE).await;
+                    next.set(shapes.changed().notified());
+                    next.as_mut().enable();
+                    let Some(service) = weak.upgrade() else {
+                        return;
+                    };
+                    if service.shapes_stale() {
+                        service.rebuild_in_background().await;
+                    }
+                }
+            });
+        }
     }
 
     /// After a server's list changed (the manager already holds the new
@@ -743,7 +805,7 @@ impl CatalogService {
             return;
         };
         tracing::info!(
-            "an upstream's tool list changed; the catalog is rebuilt beside the current one"
+            "the tools changed (a server's list, or a learned result shape); the catalog is rebuilt beside the current one"
         );
         let built = self.build(false).await;
         {
@@ -905,6 +967,11 @@ impl CatalogService {
         skills: Vec<Entry>,
         unavailable: Vec<(String, String)>,
     ) -> Arc<Built> {
+        if let Some((shapes, _)) = self.shapes.get() {
+            self.shapes_seen
+                .store(shapes.generation(), std::sync::atomic::Ordering::SeqCst);
+            shapes.overlay(&mut entries);
+        }
         if skills.is_empty() {
             let _building = self.shared.building.lock().await;
             if let Some(built) = self.shared.find(&entries, &unavailable) {

@@ -29,8 +29,10 @@ mod last_use;
 pub mod learning;
 pub mod paused;
 pub mod privacy;
+pub mod probe;
 pub mod progress;
 pub mod quota;
+pub mod shapes;
 pub mod signin;
 mod state;
 

@@ -69,6 +69,8 @@ pub struct AppState {
     pub host: crate::host_work::HostWork,
     /// What search learned from this tenant's use of tools.
     pub learning: crate::learning::Learning,
+    /// The shapes of tool results this tenant learned.
+    pub shapes: Arc<crate::shapes::Shapes>,
     /// The tenant's own async workers, where its tool calls run (see
     /// [`crate::lane`]); None for the local tenant, whose calls run on the
     /// server's workers (stdio, the CLI, HTTP without per-person tokens).
@@ -117,6 +119,10 @@ struct Shared<'a> {
     /// The host's bound on blocking jobs at once, for all tenants.
     host: Arc<tokio::sync::Semaphore>,
     cluster: Option<Arc<cem_cluster::Cluster>>,
+    /// The local tenant's shapes (None: this is the local tenant): the
+    /// wrappers are typed from them, and a tenant's definitions fall back
+    /// to them.
+    local_shapes: Option<Arc<crate::shapes::Shapes>>,
 }
 
 /// How [`AppState::open_with`] should run code.
@@ -268,6 +274,7 @@ impl AppState {
             manager,
             registry,
             cluster: None,
+            local_shapes: None,
         };
         // The local tenant writes the wrappers every tenant mounts.
         Self::assemble(shared, cem_auth::LOCAL_TENANT, data_dir, audit_path, true)
@@ -330,6 +337,7 @@ impl AppState {
             sessions: base.sessions.clone(),
             host: self.host.server(),
             cluster: self.cluster.clone(),
+            local_shapes: Some(self.shapes.clone()),
         };
         let audit_path = root.join("audit").join("audit.jsonl");
         let mut state = Self::assemble(shared, id, &root, audit_path, false)?;
@@ -370,6 +378,7 @@ impl AppState {
             sessions,
             host,
             cluster,
+            local_shapes,
         } = shared;
         // The workspace's own file system (when the kernel holds the disk
         // quota) is mounted before anything opens the workspace.
@@ -452,11 +461,25 @@ impl AppState {
             Some(root.join("search").join("learned.json")),
             tenant,
         );
+        let shapes = crate::shapes::Shapes::open(
+            config.catalog.learn_shapes,
+            Some(root.join("shapes").join("learned.json")),
+            tenant,
+        );
+        let shapes = Arc::new(match &local_shapes {
+            Some(local) => shapes.falling_back_to(local.clone()),
+            None => shapes,
+        });
+        catalog.learns_shapes_from(
+            shapes.clone(),
+            local_shapes.unwrap_or_else(|| shapes.clone()),
+        );
         let changes = crate::Changes::new();
         changes.subscribe(catalog.clone());
         Ok(Self {
             lane: None,
             learning,
+            shapes,
             changes,
             tasks: Tasks(rmcp::task_manager::TaskManager::new()),
             host: match tenant_cpu {

@@ -1094,6 +1094,22 @@ impl Manager {
             .map(|t| t.name.to_string())
     }
 
+    /// The `outputSchema` `server` declares for `tool`, from the list in
+    /// memory: `Some(None)` for a listed tool that declares none, `None`
+    /// when the tool is not listed (yet).
+    pub fn known_output_schema(
+        &self,
+        server: &str,
+        tool: &str,
+    ) -> Option<Option<Arc<rmcp::model::JsonObject>>> {
+        let known = self.lists.known.lock().ok()?;
+        known
+            .get(server)?
+            .iter()
+            .find(|t| t.name == tool)
+            .map(|t| t.output_schema.clone())
+    }
+
     /// Closes every connection (stdio servers are stopped).
     pub async fn shutdown(&self) {
         // All at once: a server that ignores the end of its input holds
