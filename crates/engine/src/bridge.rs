@@ -9,6 +9,24 @@ use serde_json::Value;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// A tool's answer, as the code gets it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Called {
+    pub value: Value,
+    /// Said to the code as a Python warning (`ToolResultWarning`): a
+    /// result that breaks the `outputSchema` its tool declares.
+    pub warning: Option<String>,
+}
+
+impl From<Value> for Called {
+    fn from(value: Value) -> Self {
+        Called {
+            value,
+            warning: None,
+        }
+    }
+}
+
 /// A failed tool call, as the code's `ToolError` sees it.
 #[derive(Debug, Clone)]
 pub struct CallError {
@@ -19,7 +37,7 @@ pub struct CallError {
 
 pub trait Bridge: Send + Sync {
     /// Calls `tool` ("server.tool" or "server__tool") with `arguments`.
-    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>>;
+    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Called, CallError>>;
     /// search_tools from code: the same answer as the MCP tool.
     fn search(&self, arguments: Value) -> BoxFuture<Result<Value, String>>;
     /// tokenize_pii / detokenize_pii from code (`{"op", "text"}`), with the

@@ -22,7 +22,7 @@ mod tokens;
 mod written;
 
 pub use answer::ExecAnswer;
-pub use bridge::{BoxFuture, Bridge, CallError};
+pub use bridge::{BoxFuture, Bridge, CallError, Called};
 pub use engine::{Engine, EngineOptions, ExecRequest, MAX_SESSION_ID, SandboxMode, tenant_cpu};
 /// For the fuzz targets: how the runtime's output is decoded.
 #[doc(hidden)]

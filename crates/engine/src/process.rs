@@ -1051,7 +1051,7 @@ fn relay(
     let meter = stats.tokens.clone();
     Box::pin(async move {
         match bridge.call(tool.clone(), arguments).await {
-            Ok(value) => {
+            Ok(crate::Called { value, warning }) => {
                 // Serialised once: for the answer line and the token count.
                 let text = value.to_string();
                 if text.len() > MAX_RESULT_BYTES {
@@ -1063,7 +1063,14 @@ fn relay(
                     return failed(&id, server, name, why);
                 }
                 meter.record(&text);
-                answered(&id, &text)
+                match warning {
+                    Some(warning) => format!(
+                        r#"{{"type":"answer","id":{id},"ok":true,"value":{text},"warning":{}}}"#,
+                        Value::String(warning)
+                    )
+                    .into_bytes(),
+                    None => answered(&id, &text),
+                }
             }
             Err(e) => failed(&id, &e.server, &e.tool, e.message),
         }

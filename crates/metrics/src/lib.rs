@@ -107,6 +107,10 @@ impl Metrics {
             "Calls of upstream tools from code, by server and outcome"
         );
         describe_counter!(
+            "cem_output_schema_breaks_total",
+            "Tool results that broke the outputSchema their tool declares, by server"
+        );
+        describe_counter!(
             "cem_policy_decisions_total",
             "The policy's decisions on tool calls"
         );
@@ -172,6 +176,11 @@ impl Metrics {
         counter!("cem_tool_calls_total", "server" => server.to_string(),
                  "outcome" => bounded(outcome, CALL_OUTCOMES))
         .increment(1);
+    }
+
+    /// A result of `server`'s tool broke the `outputSchema` it declares.
+    pub fn output_schema_broken(&self, server: &str) {
+        counter!("cem_output_schema_breaks_total", "server" => server.to_string()).increment(1);
     }
 
     pub fn policy_decision(&self, decision: &str) {

@@ -202,6 +202,10 @@ class ToolError(Exception):
         super().__init__(f"{where}: {message}")
 
 
+class ToolResultWarning(UserWarning):
+    """A tool's result broke the outputSchema the tool declares: it is passed on as it came, not as valid."""
+
+
 def _dispatch(line):
     # Called with _LOCK held, by the thread that read `line`.
     if not line:
@@ -311,6 +315,10 @@ def _answer(request_id, timeout=None):
 
 def _outcome(message, tool):
     if message.get("ok"):
+        if message.get("warning"):
+            import warnings
+
+            warnings.warn(ToolResultWarning(f"{tool}: {message['warning']}"), stacklevel=3)
         return message.get("value")
     error = message.get("error") or {}
     server, _, name = tool.replace("__", ".", 1).partition(".")
@@ -593,6 +601,7 @@ _cem_tools.load_skill = load_skill
 _cem_tools.list_skills = list_skills
 _cem_tools.analyze_skill = analyze_skill
 _cem_tools.ToolError = ToolError
+_cem_tools.ToolResultWarning = ToolResultWarning
 sys.modules["cem_tools"] = _cem_tools
 # The generated wrappers are importable as the package `servers`: at /servers
 # in the sandbox; without it (`run --no-sandbox`) where they really are, and
@@ -816,6 +825,7 @@ def _namespace():
         "list_skills": list_skills,
         "tools": tools,
         "ToolError": ToolError,
+        "ToolResultWarning": ToolResultWarning,
     }
     return ns
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use cem_catalog::python::alias;
-use cem_engine::{BoxFuture, Bridge, CallError};
+use cem_engine::{BoxFuture, Bridge, CallError, Called};
 use cem_metrics::traces;
 use serde_json::{Value, json};
 use tracing::Instrument as _;
@@ -48,7 +48,7 @@ impl ToolBridge {
 }
 
 impl Bridge for ToolBridge {
-    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Value, CallError>> {
+    fn call(&self, tool: String, arguments: Value) -> BoxFuture<Result<Called, CallError>> {
         let state = self.state.clone();
         let session = self.session.clone();
         let exec = self.exec.clone();
@@ -66,11 +66,16 @@ impl Bridge for ToolBridge {
                     Err(e)
                 }
             };
-            if privacy::automatic(&state.config.pii) {
+            let (answer, warning) = match answer {
+                Ok(called) => (Ok(called.value), called.warning),
+                Err(e) => (Err(e), None),
+            };
+            let answer = if privacy::automatic(&state.config.pii) {
                 for_code(&state, &session, &exec, answer).await
             } else {
                 answer
-            }
+            };
+            answer.map(|value| Called { value, warning })
         })
     }
 
@@ -338,7 +343,7 @@ async fn call(
     exec: &Execution,
     tool: &str,
     mut arguments: Value,
-) -> Result<Value, CallError> {
+) -> Result<Called, CallError> {
     let fail = |server: &str, name: &str, message: String| CallError {
         server: server.into(),
         tool: name.into(),
@@ -447,7 +452,37 @@ async fn call(
         Some(structured) => structured,
         None => convert(state, &content),
     };
-    Ok(value)
+    let warning = shape_of(state, &server, &name, &value);
+    Ok(Called { value, warning })
+}
+
+/// Learns the shape of `value`, `server.name`'s result, when the tool
+/// declares no `outputSchema` (before the personal-data step: a shape keeps
+/// no value, and a token's shape is a string's); checks it against the
+/// declared one otherwise: a break is counted and said to the code.
+fn shape_of(state: &AppState, server: &str, name: &str, value: &Value) -> Option<String> {
+    match state.upstreams.known_output_schema(server, name) {
+        Some(Some(declared)) => {
+            let schema = Value::Object(declared.as_ref().clone());
+            let broken = cem_shapes::declared::violation(&schema, value)?;
+            cem_metrics::metrics().output_schema_broken(server);
+            tracing::warn!(server, tool = name, at = %broken, "a tool's result broke its declared outputSchema; passed on as it came");
+            Some(format!(
+                "the result does not match the outputSchema the tool declares ({broken}); \
+                 it is passed on as it came: check the fields you use"
+            ))
+        }
+        // Only a tool the server lists: a name code made up learns nothing.
+        Some(None) => {
+            state.shapes.record(
+                &format!("{server}.{name}"),
+                value,
+                cem_shapes::Source::Learned,
+            );
+            None
+        }
+        None => None,
+    }
 }
 
 /// The refusal of a name the server does not list, with its closest names

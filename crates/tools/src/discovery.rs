@@ -181,6 +181,16 @@ fn shown_schema(schema: &Value) -> Value {
     shown
 }
 
+/// Where a tool's return type comes from: `{"source": "declared"}` for
+/// its own `outputSchema`, else learned (from how many results code got
+/// back) or probed (by `tools discover`).
+pub fn returns(schema: &Value) -> Value {
+    match schema.get(cem_host::shapes::MARK) {
+        Some(mark) => mark.clone(),
+        None => json!({"source": "declared"}),
+    }
+}
+
 fn full(e: &Entry) -> Value {
     with_schemas(e, true)
 }
@@ -200,6 +210,9 @@ fn with_schemas(e: &Entry, schemas: bool) -> Value {
         }
         if let Some(s) = e.output_schema.as_ref().filter(|_| schemas) {
             obj.insert("output_schema".into(), shown_schema(s));
+        }
+        if let Some(s) = &e.output_schema {
+            obj.insert("returns".into(), returns(s));
         }
         if e.kind == EntryKind::Registry {
             obj.insert("keywords".into(), json!(e.keywords));
