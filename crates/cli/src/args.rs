@@ -329,6 +329,38 @@ pub enum ToolsCommand {
     },
     /// One tool's full definition (JSON).
     Show { name: String },
+    /// Learn result shapes ahead of use: call the tools that are read-only
+    /// by their annotations, declare no outputSchema and are allowed by the
+    /// policy outright, with arguments built from their input schemas; say
+    /// what was called, skipped (and why) and what failed.
+    Discover {
+        /// Only these servers (default: every enabled one).
+        servers: Vec<String>,
+        /// NAME=VALUE: the value of every top-level argument named NAME
+        /// (JSON, else a string), for what a schema cannot give
+        /// (`--arg repo_path=/srv/repo`). Repeatable.
+        #[arg(long = "arg", value_name = "NAME=VALUE")]
+        args: Vec<String>,
+        /// One JSON object per tool.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The result shapes learned from use and from `tools discover`.
+    Shapes {
+        /// Only this server's tools.
+        #[arg(long)]
+        server: Option<String>,
+        /// Whose shapes (a tenant id as under <data>/tenants/; default: the
+        /// local tenant's, which type the wrappers).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Forget them (with --server: only that server's).
+        #[arg(long)]
+        clear: bool,
+        /// One JSON object per tool, with its schema.
+        #[arg(long)]
+        json: bool,
+    },
     /// Ask every upstream server for its tools again and update the cache.
     Refresh,
     /// Call one upstream tool directly (no sandbox) and print its result.

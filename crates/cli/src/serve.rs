@@ -79,6 +79,23 @@ pub fn run(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ExitCode> {
         tokio::spawn(async move { cem_host::signin::sign_out_removed(&upstreams, &config).await });
         let wrappers = state.catalog.clone();
         tokio::spawn(async move { wrappers.write_cached_wrappers().await });
+        if state.config.catalog.discover_at_start {
+            // Shapes learned ahead of use, as `tools discover` does; each
+            // one learned rewrites the wrappers as it comes.
+            let probing = state.clone();
+            tokio::spawn(async move {
+                match cem_host::probe::discover(&probing, &[], &Default::default()).await {
+                    Ok(probes) => {
+                        let called = probes
+                            .iter()
+                            .filter(|p| matches!(p, cem_host::probe::Probe::Called { .. }))
+                            .count();
+                        tracing::info!(called, tools = probes.len(), "catalog.discover_at_start probed the read-only tools");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "catalog.discover_at_start did not run"),
+                }
+            });
+        }
         let catalog = state.catalog.clone();
         let tenants = cem_server::Tenants::new(state.clone());
         if let Some(addr) = args.metrics.or(state.config.metrics.listen) {

@@ -89,6 +89,17 @@ pub fn run(cli: &Cli, cmd: &ToolsCommand) -> anyhow::Result<ExitCode> {
                     .await
                     .map(|v| println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()))
             }
+            ToolsCommand::Discover {
+                servers,
+                args,
+                json,
+            } => discover(&state, servers, args, *json).await,
+            ToolsCommand::Shapes {
+                server,
+                tenant,
+                clear,
+                json,
+            } => shapes(&state, server.as_deref(), tenant.as_deref(), *clear, *json),
             ToolsCommand::Call {
                 name,
                 args,
@@ -211,15 +222,102 @@ async fn explain(
 /// `tools learned`: list or clear what search learned. Reads the tenant's
 /// file directly (opening a tenant's whole state would mount its
 /// workspace).
-fn learned(
+/// `tools discover`: probes the safe tools and reports each.
+async fn discover(
     state: &Arc<AppState>,
-    tenant: Option<&str>,
-    clear: bool,
-    tool: Option<&str>,
+    servers: &[String],
+    args: &[String],
     json: bool,
 ) -> Result<(), String> {
-    let (root, id) = match tenant {
-        None => (state.data_dir.clone(), state.tenant.clone()),
+    let mut given = Map::new();
+    for arg in args {
+        let Some((name, value)) = arg.split_once('=') else {
+            return Err(format!("--arg {arg:?} is not NAME=VALUE"));
+        };
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()));
+        given.insert(name.to_string(), value);
+    }
+    let probes = cem_host::probe::discover(state, servers, &given).await?;
+    let (mut called, mut skipped, mut failed) = (0, 0, 0);
+    for probe in &probes {
+        if json {
+            println!("{}", serde_json::to_string(probe).unwrap_or_default());
+        }
+        match probe {
+            cem_host::probe::Probe::Called { tool, arguments } => {
+                called += 1;
+                if !json {
+                    println!("called   {tool} {arguments}");
+                }
+            }
+            cem_host::probe::Probe::Skipped { tool, reason } => {
+                skipped += 1;
+                if !json {
+                    println!("skipped  {tool}: {reason}");
+                }
+            }
+            cem_host::probe::Probe::Failed { tool, error } => {
+                failed += 1;
+                if !json {
+                    println!("failed   {tool}: {error}");
+                }
+            }
+        }
+    }
+    if !json {
+        println!("{called} called, {skipped} skipped, {failed} failed");
+    }
+    Ok(())
+}
+
+/// `tools shapes`: lists or forgets a tenant's learned shapes.
+fn shapes(
+    state: &Arc<AppState>,
+    server: Option<&str>,
+    tenant: Option<&str>,
+    clear: bool,
+    json: bool,
+) -> Result<(), String> {
+    if !state.config.catalog.learn_shapes {
+        println!("shapes are not learned (catalog.learn_shapes is false)");
+        return Ok(());
+    }
+    let (root, id) = tenant_root(state, tenant)?;
+    let shapes =
+        cem_host::shapes::Shapes::open(true, Some(root.join("shapes").join("learned.json")), &id);
+    if clear {
+        let gone = shapes.forget(server);
+        println!("forgot {gone} shape(s)");
+        return Ok(());
+    }
+    for (tool, learned) in shapes.list(server) {
+        if json {
+            println!(
+                "{}",
+                json!({"tool": tool, "calls": learned.calls, "probes": learned.probes,
+                       "widened": learned.widened, "schema": shapes.schema(&tool)})
+            );
+        } else {
+            let fields = learned.shape.field_names();
+            println!(
+                "{tool}  {} call(s), {} probe(s), widened {}  [{}]",
+                learned.calls,
+                learned.probes,
+                learned.widened,
+                fields.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A tenant's directory and id (the local tenant's without one).
+fn tenant_root(
+    state: &Arc<AppState>,
+    tenant: Option<&str>,
+) -> Result<(std::path::PathBuf, String), String> {
+    match tenant {
+        None => Ok((state.data_dir.clone(), state.tenant.clone())),
         Some(id) => {
             let root = state.data_dir.join("tenants").join(id);
             if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') || !root.is_dir() {
@@ -228,9 +326,19 @@ fn learned(
                     state.data_dir.join("tenants").display()
                 ));
             }
-            (root, id.to_string())
+            Ok((root, id.to_string()))
         }
-    };
+    }
+}
+
+fn learned(
+    state: &Arc<AppState>,
+    tenant: Option<&str>,
+    clear: bool,
+    tool: Option<&str>,
+    json: bool,
+) -> Result<(), String> {
+    let (root, id) = tenant_root(state, tenant)?;
     if !state.config.search.learn {
         println!("learning is off (search.learn)");
         return Ok(());
