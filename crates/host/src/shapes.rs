@@ -203,10 +203,14 @@ impl Shapes {
         gone
     }
 
-    /// Writes the book now, whatever was saved when.
+    /// Whether counts changed that the file does not hold yet.
+    pub fn unsaved(&self) -> bool {
+        self.saved.lock().is_ok_and(|s| s.1)
+    }
+
+    /// Writes the book now if it holds counts the file does not.
     pub fn flush(&self) {
-        let dirty = self.saved.lock().is_ok_and(|s| s.1);
-        if dirty {
+        if self.unsaved() {
             self.save(true);
         }
     }

@@ -141,7 +141,7 @@ pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> Too
                 DetailLevel::Summary => {
                     json!({"name": e.name, "server": e.category, "description": e.summary()})
                 }
-                DetailLevel::Full => full(e),
+                DetailLevel::Full => full(state, e),
             }
         })
         .collect();
@@ -183,21 +183,29 @@ fn shown_schema(schema: &Value) -> Value {
 
 /// Where a tool's return type comes from: `{"source": "declared"}` for
 /// its own `outputSchema`, else learned (from how many results code got
-/// back) or probed (by `tools discover`).
-pub fn returns(schema: &Value) -> Value {
-    match schema.get(cem_host::shapes::MARK) {
-        Some(mark) => mark.clone(),
-        None => json!({"source": "declared"}),
+/// back) or probed (by `tools discover`), with the counts as they are now
+/// (the catalog's copy is from when the shape last changed).
+fn returns(state: &AppState, e: &Entry, schema: &Value) -> Value {
+    let Some(mark) = schema.get(cem_host::shapes::MARK) else {
+        return json!({"source": "declared"});
+    };
+    match state.shapes.learned(&e.qualified_name()) {
+        Some(learned) => json!({
+            "source": if learned.calls > 0 { "learned" } else { "probed" },
+            "calls": learned.calls,
+            "probes": learned.probes,
+        }),
+        None => mark.clone(),
     }
 }
 
-fn full(e: &Entry) -> Value {
-    with_schemas(e, true)
+fn full(state: &AppState, e: &Entry) -> Value {
+    with_schemas(state, e, true)
 }
 
 /// A tool's name, server and description, and its JSON schemas when
 /// `schemas` (an upstream tool's definition shows them as Python types).
-fn with_schemas(e: &Entry, schemas: bool) -> Value {
+fn with_schemas(state: &AppState, e: &Entry, schemas: bool) -> Value {
     let mut v = json!({
         "name": e.name,
         "server": e.category,
@@ -208,11 +216,16 @@ fn with_schemas(e: &Entry, schemas: bool) -> Value {
         if let Some(s) = e.input_schema.as_ref().filter(|_| schemas) {
             obj.insert("input_schema".into(), shown_schema(s));
         }
-        if let Some(s) = e.output_schema.as_ref().filter(|_| schemas) {
-            obj.insert("output_schema".into(), shown_schema(s));
-        }
         if let Some(s) = &e.output_schema {
-            obj.insert("returns".into(), returns(s));
+            let returns = returns(state, e, s);
+            if schemas {
+                let mut shown = shown_schema(s);
+                if let Some(mark) = shown.get_mut(cem_host::shapes::MARK) {
+                    *mark = returns.clone();
+                }
+                obj.insert("output_schema".into(), shown);
+            }
+            obj.insert("returns".into(), returns);
         }
         if e.kind == EntryKind::Registry {
             obj.insert("keywords".into(), json!(e.keywords));
@@ -281,7 +294,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
     cem_host::cluster::used_tool(state, session, &entry.qualified_name());
     // Only an upstream tool has a Python rendering to stand for its schemas.
     let is_upstream = entry.kind == EntryKind::Upstream;
-    let mut answer = with_schemas(entry, schemas || !is_upstream);
+    let mut answer = with_schemas(state, entry, schemas || !is_upstream);
     if is_upstream && let Some(obj) = answer.as_object_mut() {
         // The names the generated wrappers have (a cut name and a hash for
         // a name too long or odd to be one as it is).

@@ -158,6 +158,16 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         Err(_) => cem_metrics::traces::failed(&span),
     }
     drop(span);
+    // The counts of the shapes its calls fit, for `tools shapes` and other
+    // readers of the file (a changed shape was written at once).
+    if state.shapes.unsaved() {
+        let shapes = state.shapes.clone();
+        let _ = cem_host::blocking(state, move || {
+            shapes.flush();
+            Ok(())
+        })
+        .await;
+    }
     let written = crate::written::written_since(state, before).await;
     // The outcome is known and recorded now; a drop past this point (while
     // the slot is given back) loses at most that, which frees itself.
