@@ -23,6 +23,7 @@ mod learned;
 mod quota;
 mod schema;
 mod sessions;
+mod shapes;
 mod skills;
 mod upstream;
 mod vault;
@@ -38,6 +39,7 @@ pub use error::ClusterError;
 pub use learned::LearnedRow;
 pub use quota::{ExecutionSlot, Refused};
 pub use sessions::SessionKind;
+pub use shapes::ShapeRow;
 pub use upstream::Shared;
 pub use vault::Renamed;
 

@@ -81,6 +81,16 @@ CREATE TABLE cem_upstream_credentials (
 );
 "#,
     ),
+    (
+        5,
+        r#"
+CREATE TABLE cem_shapes (
+    tenant text NOT NULL, node text NOT NULL, tool text NOT NULL, learned jsonb NOT NULL,
+    updated bigint NOT NULL,
+    PRIMARY KEY (tenant, node, tool)
+);
+"#,
+    ),
 ];
 
 /// Applies the migrations this store lacks, under a lock so nodes that

@@ -41,6 +41,47 @@ pub struct Learned {
     pub widened: u64,
 }
 
+impl Learned {
+    /// What `self` and `other` saw together (another node's observations
+    /// added to this one's).
+    pub fn merged(&self, other: &Learned) -> Learned {
+        let mut shape = self.shape.clone();
+        shape.merge(other.shape.clone());
+        Learned {
+            shape,
+            calls: self.calls.saturating_add(other.calls),
+            probes: self.probes.saturating_add(other.probes),
+            widened: self.widened.saturating_add(other.widened),
+        }
+    }
+
+    /// Held to what a learned shape may be (field-name keys only, the
+    /// bounds), whoever wrote it.
+    pub fn sanitized(mut self) -> Learned {
+        self.shape = self.shape.sanitized();
+        self
+    }
+
+    /// The shape as JSON Schema, marked with where it comes from:
+    /// `"x-cem-shape": {"source": "learned"|"probed", "calls": N, "probes":
+    /// N}` (learned once code's results are among them).
+    pub fn schema(&self) -> Value {
+        let mut schema = to_schema(&self.shape);
+        let source = if self.calls > 0 {
+            Source::Learned
+        } else {
+            Source::Probed
+        };
+        if let Some(object) = schema.as_object_mut() {
+            object.insert(
+                "x-cem-shape".into(),
+                json!({"source": source, "calls": self.calls, "probes": self.probes}),
+            );
+        }
+        schema
+    }
+}
+
 /// What recording a result did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
@@ -118,24 +159,9 @@ impl ShapeBook {
         self.tools.is_empty()
     }
 
-    /// `tool`'s learned shape as JSON Schema, marked with where it comes
-    /// from: `"x-cem-shape": {"source": "learned"|"probed", "calls": N,
-    /// "probes": N}` (learned once code's results are among them).
+    /// `tool`'s learned shape as JSON Schema (see [`Learned::schema`]).
     pub fn schema(&self, tool: &str) -> Option<Value> {
-        let learned = self.tools.get(tool)?;
-        let mut schema = to_schema(&learned.shape);
-        let source = if learned.calls > 0 {
-            Source::Learned
-        } else {
-            Source::Probed
-        };
-        if let Some(object) = schema.as_object_mut() {
-            object.insert(
-                "x-cem-shape".into(),
-                json!({"source": source, "calls": learned.calls, "probes": learned.probes}),
-            );
-        }
-        Some(schema)
+        self.tools.get(tool).map(Learned::schema)
     }
 
     /// Forgets the shapes of `server`'s tools (every tool's without one):
@@ -176,10 +202,7 @@ impl ShapeBook {
             .tools
             .into_iter()
             .take(MAX_TOOLS)
-            .map(|(tool, mut learned)| {
-                learned.shape = learned.shape.sanitized();
-                (tool, learned)
-            })
+            .map(|(tool, learned)| (tool, learned.sanitized()))
             .collect();
         Ok(ShapeBook {
             version: VERSION,
