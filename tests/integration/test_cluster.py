@@ -515,3 +515,34 @@ def test_a_search_on_one_node_learns_from_a_use_on_another(tmp_path: Path):
                                      "who touched the code recently -> git.git_status 1"], rows
     finally:
         teardown(d)
+
+
+def test_a_shape_learned_on_one_node_types_the_definition_on_another(tmp_path: Path):
+    from test_shapes import PERSONAL, RECORDS
+    from conftest import SDK1_PYTHON
+
+    records = {"records": {"command": str(SDK1_PYTHON), "args": [RECORDS]}}
+    d = deploy(tmp_path, n=2, extra={"mcpServers": records})
+    try:
+        n1, n2 = d.node_url(0), d.node_url(1)
+        ran = body(rpc(n1, "execute_code", {"code": "from servers.records import invoices\n"
+                                                    "result = len(invoices(customer=2)['invoices'])"})[0])
+        assert ran["success"] and ran["result"] == 2, ran
+        # Shared from a task of its own: each node's own row, keyed by the node.
+        rows = rows_once(d, "SELECT tool || ' ' || (learned->>'calls') FROM cem_shapes WHERE tenant = 'token-alice'",
+                         lambda rows: rows.strip())
+        assert rows.strip() == "records.invoices 1", rows
+        stored = d.pg.psql("SELECT learned::text FROM cem_shapes")
+        for value in PERSONAL:
+            assert value not in stored, value
+        # The other node never called the tool: its definition is typed from the store.
+        other = body(rpc(n2, "get_tool_definition", {"tool_name": "records.invoices"})[0])
+        assert other["returns"] == {"source": "learned", "calls": 1, "probes": 0}, other
+        assert not other["python"]["signature"].endswith("-> Any"), other
+        # Its own call adds to what the first node saw, counted once each.
+        assert body(rpc(n2, "execute_code", {"code": "from servers.records import invoices\n"
+                                                     "result = invoices(customer=1)['customer_name'] != ''"})[0])["result"]
+        both = body(rpc(n2, "get_tool_definition", {"tool_name": "records.invoices"})[0])
+        assert both["returns"]["calls"] == 2, both
+    finally:
+        teardown(d)

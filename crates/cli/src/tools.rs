@@ -286,6 +286,15 @@ fn shapes(
     let shapes =
         cem_host::shapes::Shapes::open(true, Some(root.join("shapes").join("learned.json")), &id);
     if clear {
+        if state.config.store.url.is_some() {
+            eprintln!(
+                "note: this deployment shares learned shapes through its store; other nodes' shapes stay \
+                 there until they are deleted too (DELETE FROM cem_shapes WHERE tenant = '{id}'{})",
+                server
+                    .map(|s| format!(" AND starts_with(tool, '{s}.')"))
+                    .unwrap_or_default()
+            );
+        }
         let gone = shapes.forget(server);
         println!("forgot {gone} shape(s)");
         return Ok(());

@@ -361,3 +361,47 @@ pub async fn pull_learned(state: &AppState) {
         }
     }
 }
+
+/// Shares what this node learned of `tool`'s results with the other nodes
+/// (in the background: the call that taught it does not wait).
+pub fn push_shape(state: &AppState, tool: &str) {
+    let (Some(cluster), Some(learned)) = (&state.cluster, state.shapes.own(tool)) else {
+        return;
+    };
+    let Ok(value) = serde_json::to_value(&learned) else {
+        return;
+    };
+    let (cluster, tenant, tool) = (cluster.clone(), state.tenant.clone(), tool.to_string());
+    tokio::spawn(async move {
+        let now = crate::learning::now() as i64;
+        if let Err(e) = cluster.put_shape(&tenant, &tool, &value, now).await {
+            tracing::warn!(error = %e, tool, tenant = %cem_config::tenant_digest(&tenant), "a learned shape was not shared; other nodes learn it from their own calls");
+        }
+    });
+}
+
+/// Reads what the other nodes learned of this tenant's tools (and of the
+/// local tenant's, which type the wrappers), at most every
+/// [`crate::shapes::PULL_EVERY`].
+pub async fn pull_shapes(state: &AppState) {
+    let Some(cluster) = &state.cluster else {
+        return;
+    };
+    let mut all = vec![state.shapes.clone()];
+    all.extend(state.shapes.fallback().cloned());
+    for shapes in all {
+        if !shapes.pull_due() {
+            continue;
+        }
+        let max = (cem_shapes::MAX_TOOLS * 8) as i64;
+        match cluster.other_shapes(shapes.tenant_id(), max).await {
+            Ok(rows) => shapes.take_others(rows.into_iter().filter_map(|row| {
+                let learned = serde_json::from_value::<cem_shapes::Learned>(row.learned).ok()?;
+                Some((row.tool, learned))
+            })),
+            Err(e) => {
+                tracing::warn!(error = %e, tenant = %cem_config::tenant_digest(shapes.tenant_id()), "the other nodes' learned shapes could not be read; this node shows its own")
+            }
+        }
+    }
+}

@@ -18,6 +18,7 @@
 //!
 //! `catalog.learn_shapes: false` records nothing and shows nothing.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -52,14 +53,25 @@ pub struct Shapes {
     on_disk: Mutex<Option<SystemTime>>,
     /// When counts were last written, and whether some are not.
     saved: Mutex<(Option<Instant>, bool)>,
+    /// What other nodes learned, by tool, from the shared store (each
+    /// node's own observations, merged): shown with this node's own.
+    others: RwLock<BTreeMap<String, Learned>>,
+    /// When the other nodes' shapes were last read.
+    pulled: Mutex<Option<Instant>>,
+    /// The tenant's id, as the shared store keys it.
+    id: String,
     /// The tenant as log lines name it (a digest).
     tenant: String,
 }
+
+/// How often the other nodes' shapes are read from the shared store.
+pub const PULL_EVERY: Duration = Duration::from_secs(30);
 
 impl Shapes {
     /// The shapes at `path` (none yet, or an unreadable file: said, set
     /// aside, never fatal).
     pub fn open(enabled: bool, path: Option<PathBuf>, tenant: &str) -> Self {
+        let tenant_id = tenant;
         let tenant = cem_config::tenant_digest(tenant);
         let book = match (&path, enabled) {
             (Some(path), true) => read(path, &tenant),
@@ -74,6 +86,9 @@ impl Shapes {
             generation: AtomicU64::new(0),
             changed: tokio::sync::Notify::new(),
             saved: Mutex::new((None, false)),
+            others: RwLock::new(BTreeMap::new()),
+            pulled: Mutex::new(None),
+            id: tenant_id.to_string(),
             tenant,
         }
     }
@@ -129,25 +144,83 @@ impl Shapes {
         recorded
     }
 
-    /// What is known of `tool`'s results: this tenant's, else the local
-    /// tenant's.
+    /// What is known of `tool`'s results: this tenant's (seen by this node
+    /// and the others), else the local tenant's.
     pub fn learned(&self, tool: &str) -> Option<Learned> {
         if !self.enabled {
             return None;
         }
         self.reload_if_changed();
         let own = self.book.read().ok()?.get(tool).cloned();
-        own.or_else(|| self.fallback.as_ref()?.learned(tool))
+        let other = self.others.read().ok()?.get(tool).cloned();
+        let here = match (own, other) {
+            (Some(own), Some(other)) => Some(own.merged(&other)),
+            (own, other) => own.or(other),
+        };
+        here.or_else(|| self.fallback.as_ref()?.learned(tool))
+    }
+
+    /// What this node itself learned of `tool` (what it shares with the
+    /// other nodes).
+    pub fn own(&self, tool: &str) -> Option<Learned> {
+        self.book.read().ok()?.get(tool).cloned()
     }
 
     /// `tool`'s learned shape as JSON Schema (marked with [`MARK`]).
     pub fn schema(&self, tool: &str) -> Option<Value> {
+        self.learned(tool).map(|learned| learned.schema())
+    }
+
+    /// The tenant's id, as the shared store keys it.
+    pub fn tenant_id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the other nodes' shapes are due to be read again (and, if
+    /// so, marks them read now).
+    pub fn pull_due(&self) -> bool {
         if !self.enabled {
-            return None;
+            return false;
         }
-        self.reload_if_changed();
-        let own = self.book.read().ok()?.schema(tool);
-        own.or_else(|| self.fallback.as_ref()?.schema(tool))
+        let Ok(mut pulled) = self.pulled.lock() else {
+            return false;
+        };
+        let due = pulled.is_none_or(|at| at.elapsed() >= PULL_EVERY);
+        if due {
+            *pulled = Some(Instant::now());
+        }
+        due
+    }
+
+    /// Takes in what the other nodes learned (their rows, each sanitized):
+    /// a changed shape rebuilds the catalogs that show it.
+    pub fn take_others(&self, rows: impl IntoIterator<Item = (String, Learned)>) {
+        let mut merged: BTreeMap<String, Learned> = BTreeMap::new();
+        for (tool, learned) in rows {
+            let learned = learned.sanitized();
+            match merged.get_mut(&tool) {
+                Some(held) => *held = held.merged(&learned),
+                None => {
+                    if merged.len() < cem_shapes::MAX_TOOLS {
+                        merged.insert(tool, learned);
+                    }
+                }
+            }
+        }
+        let Ok(mut others) = self.others.write() else {
+            return;
+        };
+        let shapes_differ = others.len() != merged.len()
+            || others
+                .iter()
+                .zip(merged.iter())
+                .any(|((a, x), (b, y))| a != b || x.shape != y.shape);
+        *others = merged;
+        drop(others);
+        if shapes_differ {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.changed.notify_waiters();
+        }
     }
 
     /// Gives each upstream entry that declares no output schema its learned
@@ -357,6 +430,36 @@ mod tests {
         let mut local_entries = vec![entry("git", "log")];
         local.overlay(&mut local_entries);
         assert!(!local_entries[0].keywords.contains(&"own_field".to_string()));
+    }
+
+    #[test]
+    fn another_nodes_shapes_are_counted_once_however_often_they_are_read() {
+        let here = Shapes::open(true, None, "ann");
+        here.record("git.log", &json!({"sha": "a"}), Source::Learned);
+        let there = Shapes::open(true, None, "ann");
+        there.record(
+            "git.log",
+            &json!({"sha": "b", "author": "x"}),
+            Source::Learned,
+        );
+        there.record("git.show", &json!({"diff": "d"}), Source::Learned);
+        let rows: Vec<(String, Learned)> = there.list(None);
+        let before = here.generation();
+        for _ in 0..3 {
+            here.take_others(rows.clone());
+        }
+        let learned = here
+            .learned("git.log")
+            .map(|l| (l.calls, l.shape.field_names()));
+        assert_eq!(
+            learned,
+            Some((2, vec!["author".to_string(), "sha".to_string()]))
+        );
+        assert!(here.learned("git.show").is_some());
+        // Only the first read changed anything.
+        assert_eq!(here.generation(), before + 1);
+        // What this node shares is what it saw itself.
+        assert_eq!(here.own("git.log").map(|l| l.calls), Some(1));
     }
 
     #[test]

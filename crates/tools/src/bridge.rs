@@ -474,11 +474,14 @@ fn shape_of(state: &AppState, server: &str, name: &str, value: &Value) -> Option
         }
         // Only a tool the server lists: a name code made up learns nothing.
         Some(None) => {
-            state.shapes.record(
-                &format!("{server}.{name}"),
-                value,
-                cem_shapes::Source::Learned,
-            );
+            let tool = format!("{server}.{name}");
+            if state
+                .shapes
+                .record(&tool, value, cem_shapes::Source::Learned)
+                .changed()
+            {
+                cem_host::cluster::push_shape(state, &tool);
+            }
             None
         }
         None => None,

@@ -119,6 +119,7 @@ pub async fn search(state: &Arc<AppState>, args: Args, session: &Session) -> Too
         )));
     }
     cem_host::cluster::pull_learned(state).await;
+    cem_host::cluster::pull_shapes(state).await;
     cem_host::cluster::searched(state, session, &query).await;
     let hits = state.learning.with(|learned| match learned {
         Some(learned) => catalog.search_learned(
@@ -200,7 +201,9 @@ fn returns(state: &AppState, e: &Entry, schema: &Value) -> Value {
 }
 
 fn full(state: &AppState, e: &Entry) -> Value {
-    with_schemas(state, e, true)
+    let mut live = e.clone();
+    state.shapes.overlay(std::slice::from_mut(&mut live));
+    with_schemas(state, &live, true)
 }
 
 /// A tool's name, server and description, and its JSON schemas when
@@ -244,6 +247,7 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
         schemas,
     } = parse(&args)?;
     let schemas = schemas.unwrap_or(false);
+    cem_host::cluster::pull_shapes(state).await;
     let built = state.catalog.get().await;
     let found = built.catalog.find(&name, category.as_deref());
     let entry = match found.as_slice() {
@@ -290,6 +294,11 @@ pub async fn definition(state: &Arc<AppState>, args: Args, session: &Session) ->
             )));
         }
     };
+    // The shapes as they are now (the catalog takes a changed one in a
+    // moment later, in the background).
+    let mut live = entry.clone();
+    state.shapes.overlay(std::slice::from_mut(&mut live));
+    let entry = &live;
     // Reading a tool's definition after a search is a use of it.
     cem_host::cluster::used_tool(state, session, &entry.qualified_name());
     // Only an upstream tool has a Python rendering to stand for its schemas.

@@ -122,6 +122,8 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
     let exec = Arc::new(exec);
     let code_digest = cem_host::gate::sha256(request.code.as_bytes());
     let code_bytes = request.code.len();
+    // The wrappers code imports are typed with what every node learned.
+    cem_host::cluster::pull_shapes(state).await;
     let bridge = crate::bridge::ToolBridge::shared(state.clone(), session.clone(), exec.clone());
     let before = crate::written::snapshot(state).await;
     // Until the answer is in hand, dropping this future (the client
