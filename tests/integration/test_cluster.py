@@ -312,7 +312,7 @@ def test_health_endpoints_and_the_internal_endpoint_refuse_clients(deployment: D
         return out.returncode, next(c for c in json.loads(out.stdout)["checks"] if c["check"] == "store")
 
     code, store = doctor()
-    assert store["status"] == "ok" and "schema version 4" in store["detail"], store
+    assert store["status"] == "ok" and "schema version 5" in store["detail"], store
     assert all(n.url.removesuffix("/mcp") in store["detail"] for n in d.nodes), store
     # Without its store a node is alive but not ready, so the balancer stops sending it requests.
     d.pg.stop()
