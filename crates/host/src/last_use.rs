@@ -17,6 +17,19 @@ impl LastUse {
         }
     }
 
+    /// Whether `every` has passed since the last use (or there was none);
+    /// if so, notes a use now. For work done at most that often.
+    pub(crate) fn due_every(&self, every: Duration) -> bool {
+        let Ok(mut at) = self.0.lock() else {
+            return false;
+        };
+        let due = at.is_none_or(|at| at.elapsed() >= every);
+        if due {
+            *at = Some(Instant::now());
+        }
+        due
+    }
+
     /// Whether it was used, the last time `idle` ago or more.
     pub(crate) fn idle_for(&self, idle: Duration) -> bool {
         self.0

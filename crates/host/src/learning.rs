@@ -51,7 +51,7 @@ pub struct Learning {
     /// The tenant as log lines name it (a digest).
     tenant: String,
     /// When the records were last read from the shared store.
-    pulled: Mutex<Option<Instant>>,
+    pulled: crate::last_use::LastUse,
     /// When the records' vectors were last written.
     vectors_kept: Mutex<Option<Instant>>,
     /// When a search last ran with the records (see
@@ -102,7 +102,7 @@ impl Learning {
             path,
             learned: RwLock::new(learned),
             recent: Mutex::new(HashMap::new()),
-            pulled: Mutex::new(None),
+            pulled: Default::default(),
             vectors_kept: Mutex::new(None),
             searched_at: Default::default(),
             take_back: AtomicBool::new(false),
@@ -388,14 +388,7 @@ impl Learning {
         if !self.enabled {
             return false;
         }
-        let Ok(mut pulled) = self.pulled.lock() else {
-            return false;
-        };
-        let due = pulled.is_none_or(|at| at.elapsed() >= PULL_EVERY);
-        if due {
-            *pulled = Some(Instant::now());
-        }
-        due
+        self.pulled.due_every(PULL_EVERY)
     }
 
     /// Replaces the records with `learned` (what the shared store holds).

@@ -57,7 +57,7 @@ pub struct Shapes {
     /// node's own observations, merged): shown with this node's own.
     others: RwLock<BTreeMap<String, Learned>>,
     /// When the other nodes' shapes were last read.
-    pulled: Mutex<Option<Instant>>,
+    pulled: crate::last_use::LastUse,
     /// The tenant's id, as the shared store keys it.
     id: String,
     /// The tenant as log lines name it (a digest).
@@ -87,7 +87,7 @@ impl Shapes {
             changed: tokio::sync::Notify::new(),
             saved: Mutex::new((None, false)),
             others: RwLock::new(BTreeMap::new()),
-            pulled: Mutex::new(None),
+            pulled: Default::default(),
             id: tenant_id.to_string(),
             tenant,
         }
@@ -182,14 +182,7 @@ impl Shapes {
         if !self.enabled {
             return false;
         }
-        let Ok(mut pulled) = self.pulled.lock() else {
-            return false;
-        };
-        let due = pulled.is_none_or(|at| at.elapsed() >= PULL_EVERY);
-        if due {
-            *pulled = Some(Instant::now());
-        }
-        due
+        self.pulled.due_every(PULL_EVERY)
     }
 
     /// Takes in what the other nodes learned (their rows, each sanitized):
