@@ -28,7 +28,7 @@ pub use error::{ConfigError, Problem};
 pub use expand::TENANT_DIR_VAR;
 pub use locate::{ConfigSource, Located};
 pub use model::{
-    AuditConfig, CatalogConfig, Config, DiskQuotaMode, HttpConfig,
+    AnswersConfig, AuditConfig, CatalogConfig, Config, DiskQuotaMode, HttpConfig,
     MAX_LIST_CHANGED_BACKOFF_SECONDS, MetricsConfig, OnDemand, POOL_COLD, POOL_FORKED, PiiConfig,
     PiiMode, PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig,
     WorkspaceConfig,

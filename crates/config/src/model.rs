@@ -26,6 +26,8 @@ pub struct Config {
     pub search: SearchConfig,
     /// What the catalog learns of the tools (`catalog`).
     pub catalog: CatalogConfig,
+    /// What an execution's answer may carry: images and tables (`answers`).
+    pub answers: AnswersConfig,
     /// The Prometheus metrics listener (`metrics`).
     pub metrics: MetricsConfig,
     /// How the HTTP listener holds slow and many connections (`http`).
@@ -107,6 +109,40 @@ impl Default for CatalogConfig {
         CatalogConfig {
             learn_shapes: true,
             discover_at_start: false,
+        }
+    }
+}
+
+/// The `answers` section: the images and tables an execution's answer
+/// carries to the model and the person.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AnswersConfig {
+    /// The most images one execution shows (`show()` and the figures left
+    /// open); `show()` raises past it.
+    pub max_images: u64,
+    /// The largest image `show()` takes, in bytes as given (a PNG, JPEG or
+    /// SVG file); `show()` raises past it.
+    pub max_image_bytes: u64,
+    /// The longest edge of an image sent, in pixels; larger ones are
+    /// downscaled (the answer says so).
+    pub max_image_edge: u32,
+    /// The most bytes one image block carries once encoded; a PNG over it is
+    /// sent as a JPEG, smaller if need be (the answer says so).
+    pub max_image_block_bytes: u64,
+    /// The most rows of a table result the model's text shows; the rest
+    /// are counted ("… N more rows") and are in `structuredContent`.
+    pub table_rows: u64,
+}
+
+impl Default for AnswersConfig {
+    fn default() -> Self {
+        AnswersConfig {
+            max_images: 8,
+            max_image_bytes: 10 << 20,
+            // The longest edge vision models take without scaling.
+            max_image_edge: 1568,
+            max_image_block_bytes: 1 << 20,
+            table_rows: 30,
         }
     }
 }

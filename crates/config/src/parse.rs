@@ -12,8 +12,8 @@ use crate::access::{
 };
 use crate::expand::expand_noting;
 use crate::model::{
-    AuditConfig, CatalogConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode, PiiType,
-    SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
+    AnswersConfig, AuditConfig, CatalogConfig, Config, DiskQuotaMode, OnDemand, PiiConfig, PiiMode,
+    PiiType, SandboxConfig, SearchConfig, ServerConfig, Transport, UpstreamConfig, WorkspaceConfig,
 };
 use crate::redact::{SecretValues, names_a_credential};
 use crate::{ConfigError, Problem, Requirement, Secret};
@@ -124,6 +124,7 @@ impl Cx<'_> {
                 "policy" => (config.policy, config.audit) = self.policy(value),
                 "search" => config.search = self.search(value),
                 "catalog" => config.catalog = self.catalog(value),
+                "answers" => config.answers = self.answers(value),
                 "metrics" => config.metrics = self.metrics(value),
                 "http" => config.http = self.http(value),
                 "auth" => config.auth = self.auth(value),
@@ -883,6 +884,46 @@ impl Cx<'_> {
         c
     }
 
+    fn answers(&mut self, value: &Value) -> AnswersConfig {
+        let mut a = AnswersConfig::default();
+        let Some(obj) = self.object("answers", value) else {
+            return a;
+        };
+        for (field, v) in obj {
+            let key = format!("answers.{field}");
+            match field.as_str() {
+                "max_images" => {
+                    a.max_images = self
+                        .positive(&key, v, 0, 100, "images")
+                        .unwrap_or(a.max_images)
+                }
+                "max_image_bytes" => {
+                    a.max_image_bytes = self
+                        .positive(&key, v, 1024, 64 << 20, "bytes")
+                        .unwrap_or(a.max_image_bytes)
+                }
+                "max_image_edge" => {
+                    a.max_image_edge = self
+                        .positive(&key, v, 16, 8192, "pixels")
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(a.max_image_edge)
+                }
+                "max_image_block_bytes" => {
+                    a.max_image_block_bytes = self
+                        .positive(&key, v, 16 << 10, 16 << 20, "bytes")
+                        .unwrap_or(a.max_image_block_bytes)
+                }
+                "table_rows" => {
+                    a.table_rows = self
+                        .positive(&key, v, 1, 1000, "rows")
+                        .unwrap_or(a.table_rows)
+                }
+                _ => self.unknown(&key, ANSWERS_KEYS),
+            }
+        }
+        a
+    }
+
     fn search(&mut self, value: &Value) -> SearchConfig {
         let mut s = SearchConfig::default();
         let Some(obj) = self.object("search", value) else {
@@ -1499,6 +1540,14 @@ const POLICY_KEYS: &[&str] = &[
     "audit",
 ];
 const WORKSPACE_KEYS: &[&str] = &["max_file_bytes"];
+const ANSWERS_KEYS: &[&str] = &[
+    "max_images",
+    "max_image_bytes",
+    "max_image_edge",
+    "max_image_block_bytes",
+    "table_rows",
+];
+
 const HTTP_KEYS: &[&str] = &[
     "header_timeout_seconds",
     "request_timeout_seconds",
