@@ -358,7 +358,7 @@ async def test_an_approval_answered_through_another_node_reaches_the_paused_exec
                 for _ in range(2):
                     result = await client.call_tool("execute_code", {"code": code})
                     assert not result.is_error, result
-                    assert json.loads(result.content[0].text)["result"] == "done"
+                    assert result.structured_content["result"] == "done"
         assert len(questions) == 2
         assert "ada" in graph.read_text()
         relayed = d.pg.psql("SELECT count(*) FROM cem_sessions WHERE kind = 'paused'")

@@ -70,7 +70,7 @@ ATTEMPTS = [
      '        return ""  # unreadable leaks nothing\n'
      'blob = "".join(env_of(p) for p in os.listdir("/proc") if p.isdigit())\n'
      f'verdict("{CANARY}" not in blob and "{CANARY}" not in str(os.environ), "canary in environment")'),
-    ("environment-is-minimal", 'verdict(set(os.environ) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "LC_CTYPE", "CEM_PACKAGES_ENV", "CEM_PACKAGES_LAYERS"}, str(sorted(os.environ)))'),
+    ("environment-is-minimal", 'verdict(set(os.environ) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "MPLBACKEND", "LC_CTYPE", "CEM_PACKAGES_ENV", "CEM_PACKAGES_LAYERS"}, str(sorted(os.environ)))'),
     ("write-usr", 'raises(lambda: open("/usr/lib/cem-escape", "w"), "write /usr/lib")'),
     ("write-etc", 'raises(lambda: open("/etc/passwd", "a"), "append /etc/passwd")'),
     ("write-root-dir", 'raises(lambda: open("/cem-escape", "w"), "write /")'),

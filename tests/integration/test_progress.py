@@ -36,7 +36,7 @@ async def progress_of(client: Client) -> tuple[list[tuple[float, float | None, s
         seen.append((progress, total, message))
 
     result = await client.call_tool("execute_code", {"code": STEPS}, progress_callback=on_progress)
-    return seen, json.loads(result.content[0].text)
+    return seen, result.structured_content
 
 
 def check_progress(seen: list, answer: dict) -> None:
@@ -113,7 +113,7 @@ async def test_a_cancelled_execution_stops_at_once_and_the_next_runs(data_dir: P
             started = time.monotonic()
             result = await client.call_tool("execute_code", {"code": "result = 6 * 7", **(
                 {"session_id": "s"} if "session_id" in arguments else {})})
-            answer = json.loads(result.content[0].text)
+            answer = result.structured_content
             assert answer["result"] == 42 and time.monotonic() - started < 5, answer
             if "session_id" in arguments:
                 assert "cancelled" in answer.get("note", ""), "the session says it was reset"
@@ -244,7 +244,7 @@ async def test_a_cancelled_execution_is_recorded(data_dir: Path, tmp_path: Path)
         assert [e["outcome"] for e in executions] == ["cancelled"], executions
         assert executions[0]["ms"] >= 1000 and "cancelled" in executions[0]["error"], executions
         result = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
-        assert json.loads(result.content[0].text)["result"] == 42, result
+        assert result.structured_content["result"] == 42, result
     lines = [json.loads(line) for line in (data_dir / "audit" / "audit.jsonl").read_text().splitlines()]
     assert [e["outcome"] for e in lines if e["event"] == "execution"] == ["cancelled", "success"]
 
@@ -262,7 +262,7 @@ async def test_a_cancelled_execution_stops_over_stateless_http(data_dir: Path):
             await anyio.sleep(0.5)
             assert beats(data_dir) == settled, "the execution still runs after its cancellation"
             result = await client.call_tool("execute_code", {"code": "result = 6 * 7"})
-            assert json.loads(result.content[0].text)["result"] == 42
+            assert result.structured_content["result"] == 42
     finally:
         server.stop()
 
@@ -290,4 +290,4 @@ async def test_bad_progress_is_an_error_in_the_code_not_a_dead_session(data_dir:
         assert "ValueError" in bad.content[0].text and "finite" in bad.content[0].text
         ok = await client.call_tool("execute_code", {"code": "report_progress(1, message='\\ud800 x')\nresult = kept",
                                                      "session_id": "p"})
-        assert json.loads(ok.content[0].text)["result"] == 7, ok
+        assert ok.structured_content["result"] == 7, ok

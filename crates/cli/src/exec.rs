@@ -60,7 +60,7 @@ pub fn run(cli: &Cli, args: &ExecArgs) -> anyhow::Result<ExitCode> {
         answer
     });
     match answer.context("the execution task failed")? {
-        Some(Answer::Flagged { body, is_error }) => {
+        Some(Answer::Flagged { body, is_error, .. }) => {
             println!("{}", serde_json::to_string_pretty(&body)?);
             Ok(if is_error {
                 ExitCode::from(1)

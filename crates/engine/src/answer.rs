@@ -41,10 +41,59 @@ pub struct ExecAnswer {
     /// was installed, whether it all came ready-built.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<Value>,
+    /// When the result is a table (a DataFrame, `table()`, flat dicts):
+    /// `{"columns": [...], "rows": N}`, N counting rows the answer had no
+    /// room for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<Value>,
     /// The module an uncaught ModuleNotFoundError named (for the note the
     /// host adds; not part of the answer).
     #[serde(skip)]
     pub missing_module: Option<String>,
+    /// The images the code showed, for the host to read from the
+    /// workspace, check and attach (not part of the answer: the host puts
+    /// what it attached there).
+    #[serde(skip)]
+    pub shown: Vec<Shown>,
+}
+
+/// An image the code showed: a file in the workspace and the type the
+/// runtime sniffed (the host checks the bytes again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub path: String,
+    pub mime: String,
+}
+
+/// The most images the host takes from one runtime answer, whatever it
+/// claims (the config's limit is at most this).
+const MAX_SHOWN: usize = 100;
+/// The most columns a table marker names.
+const MAX_COLUMNS: usize = 1000;
+
+impl Shown {
+    fn from_value(v: &Value) -> Option<Shown> {
+        let path = v.get("path")?.as_str()?;
+        let mime = v.get("mime")?.as_str()?;
+        let known = matches!(mime, "image/png" | "image/jpeg" | "image/svg+xml");
+        (known && !path.is_empty() && path.len() <= 4096).then(|| Shown {
+            path: path.to_string(),
+            mime: mime.to_string(),
+        })
+    }
+}
+
+/// The runtime's table marker, if it is one: columns that are names, and
+/// a row count.
+fn table_marker(v: &Value) -> Option<Value> {
+    let columns = v.get("columns")?.as_array()?;
+    let rows = v.get("rows")?.as_u64()?;
+    let ok = !columns.is_empty()
+        && columns.len() <= MAX_COLUMNS
+        && columns
+            .iter()
+            .all(|c| c.as_str().is_some_and(|s| s.len() <= 1000));
+    ok.then(|| serde_json::json!({"columns": columns, "rows": rows}))
 }
 
 impl ExecAnswer {
@@ -72,6 +121,17 @@ impl ExecAnswer {
             exit_code: msg.get("exit_code").and_then(Value::as_i64),
             stderr: text("stderr"),
             missing_module: text("missing_module").filter(|m| m.len() <= 200),
+            table: msg.get("table").and_then(table_marker),
+            shown: msg
+                .get("images")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .take(MAX_SHOWN)
+                        .filter_map(Shown::from_value)
+                        .collect()
+                })
+                .unwrap_or_default(),
             ..Default::default()
         };
         // The runtime caps at `cap` and adds a note; only a runtime that
@@ -83,6 +143,7 @@ impl ExecAnswer {
             .map(|s| s.len())
             .unwrap_or(0);
         if size > cap + 2 {
+            answer.table = None;
             answer.result = Value::String(cut(&answer.result.to_string(), cap));
             answer.note = Some(format!(
                 "result was {size} characters as JSON, over the {cap} limit; it is cut. Return a summary, \

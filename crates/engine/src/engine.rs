@@ -90,6 +90,27 @@ pub struct ExecRequest {
     /// than the engine's own limit (a tenant's quota), with the config key
     /// to name when refusing.
     pub max_sessions: Option<(usize, &'static str)>,
+    /// What the answer may carry (`answers` in the config).
+    pub answer: AnswerLimits,
+}
+
+/// What one execution's answer may carry: the runtime's `show()` refuses
+/// past the image limits, and the text shows `table_rows` of a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerLimits {
+    pub max_images: u64,
+    pub max_image_bytes: u64,
+    pub table_rows: usize,
+}
+
+impl Default for AnswerLimits {
+    fn default() -> Self {
+        AnswerLimits {
+            max_images: 8,
+            max_image_bytes: 10 << 20,
+            table_rows: crate::envelope::DEFAULT_TABLE_ROWS,
+        }
+    }
 }
 
 /// The zygote of an engine: not started yet, running (with the spec it was
@@ -500,6 +521,8 @@ impl Engine {
             "memory_mb": memory_mb,
             "argv": request.argv,
             "script_name": request.script_name,
+            "max_images": request.answer.max_images,
+            "max_image_bytes": request.answer.max_image_bytes,
         });
         let timeout = Duration::from_secs(timeout_s);
         let cap = max_output as usize;
@@ -585,7 +608,11 @@ impl Engine {
         // are estimated, not counted after the answer.
         let inside = stats.tokens.close();
         if stats.calls > 0 {
-            answer.tokens = Some(crate::tokens::account(inside, &answer));
+            answer.tokens = Some(crate::tokens::account(
+                inside,
+                &answer,
+                request.answer.table_rows,
+            ));
         }
         answer.session_id = request.session_id;
         answer.packages = stats

@@ -15,15 +15,18 @@ mod answer;
 mod background;
 mod bridge;
 mod engine;
+pub mod envelope;
 mod install;
 mod process;
 mod sessions;
 mod tokens;
 mod written;
 
-pub use answer::ExecAnswer;
+pub use answer::{ExecAnswer, Shown};
 pub use bridge::{BoxFuture, Bridge, CallError, Called};
-pub use engine::{Engine, EngineOptions, ExecRequest, MAX_SESSION_ID, SandboxMode, tenant_cpu};
+pub use engine::{
+    AnswerLimits, Engine, EngineOptions, ExecRequest, MAX_SESSION_ID, SandboxMode, tenant_cpu,
+};
 /// For the fuzz targets: how the runtime's output is decoded.
 #[doc(hidden)]
 pub use process::decode_output;

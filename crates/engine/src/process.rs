@@ -350,6 +350,8 @@ fn interpreter_env(launch: &Launch, packages: &PackageMounts) -> Vec<(String, St
         ("LANG", "C.UTF-8"),
         ("PYTHONIOENCODING", "utf-8"),
         ("PYTHONDONTWRITEBYTECODE", "1"),
+        // Figures are drawn to files for show(): the sandbox has no display.
+        ("MPLBACKEND", "Agg"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))

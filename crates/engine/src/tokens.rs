@@ -185,8 +185,10 @@ impl Meter {
 /// `{"tool_results": N, "returned": M, "kept_out_of_context": N - M}`,
 /// with `inside` the execution's [`Meter`] total. The answer is counted
 /// over its first [`SAMPLE`] bytes (it is capped by `max_output_chars`).
-pub fn account(inside: u64, answer: &ExecAnswer) -> Value {
-    let returned = serde_json::to_string(answer)
+pub fn account(inside: u64, answer: &ExecAnswer, table_rows: usize) -> Value {
+    // What the model reads: the answer's text, not its structured part.
+    let returned = serde_json::to_value(answer)
+        .map(|body| crate::envelope::text(&body, table_rows))
         .map(|s| counted(sample(&s), s.len()))
         .unwrap_or(0);
     json!({"tool_results": inside, "returned": returned, "kept_out_of_context": inside.saturating_sub(returned)})

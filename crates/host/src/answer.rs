@@ -36,7 +36,20 @@ pub type ToolResult = Result<Value, ToolFailure>;
 #[derive(Debug)]
 pub enum Answer {
     Plain(ToolResult),
-    Flagged { body: Value, is_error: bool },
+    Flagged {
+        body: Value,
+        is_error: bool,
+        /// Images for the answer (execute_code's `show()`), sent as MCP
+        /// image blocks beside the text.
+        images: Vec<ImageBlock>,
+    },
+}
+
+/// An image an answer carries: base64 data and its type (PNG or JPEG).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageBlock {
+    pub data: String,
+    pub mime: &'static str,
 }
 
 /// The success answer: `{"success": true, ...fields}`.

@@ -36,7 +36,7 @@ pub mod shapes;
 pub mod signin;
 mod state;
 
-pub use answer::{Answer, ToolFailure, ToolResult, ToolSet, blocking, success};
+pub use answer::{Answer, ImageBlock, ToolFailure, ToolResult, ToolSet, blocking, success};
 pub use args::Args;
 pub use changes::{Change, Changes};
 pub use paused::Paused;

@@ -826,8 +826,238 @@ def _namespace():
         "tools": tools,
         "ToolError": ToolError,
         "ToolResultWarning": ToolResultWarning,
+        "show": show,
+        "table": table,
     }
     return ns
+
+
+# --- pictures and tables in the answer ---------------------------------------------
+
+_SHOWN = []  # this execution's images: {"path": workspace-relative, "mime": ...}
+_LIMITS = {"max_images": 8, "max_image_bytes": 10 << 20}
+_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png", "png"), (b"\xff\xd8\xff", "image/jpeg", "jpg"))
+
+
+def _sniff(head):
+    """The image type of bytes starting with `head`: PNG, JPEG or SVG, else None."""
+    for magic, mime, ext in _MAGIC:
+        if head.startswith(magic):
+            return mime, ext
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1024].lower()
+    if text.startswith((b"<svg", b"<?xml", b"<!--", b"<!doctype svg")) and b"<svg" in head.lower():
+        return "image/svg+xml", "svg"
+    return None
+
+
+def _shown_name(name, ext):
+    if name is None:
+        # Sortable by time; the random part keeps two executions in one second apart.
+        return f"shown/{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}.{ext}"
+    base = os.path.basename(os.fspath(name))
+    stem, dot, given = base.rpartition(".")
+    if not dot or given.lower() != ext:
+        base = f"{base if not dot else stem}.{ext}"
+    return f"shown/{base}"
+
+
+def _figure_png(fig):
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(fig)  # shown once: not again when the code ends
+    return buffer.getvalue()
+
+
+def _image_bytes(obj):
+    """(bytes, None) for an image object, or (None, workspace path) for a file already in the workspace."""
+    module = type(obj).__module__ or ""
+    if module.startswith("matplotlib"):
+        if hasattr(obj, "savefig"):
+            return _figure_png(obj), None
+        figure = getattr(obj, "figure", None)  # an Axes or an Artist
+        if figure is not None and hasattr(figure, "savefig"):
+            return _figure_png(figure), None
+    if module.startswith("PIL.") and hasattr(obj, "save") and hasattr(obj, "mode"):
+        buffer = io.BytesIO()
+        image = obj if obj.mode in ("RGB", "RGBA", "L", "LA", "P", "1") else obj.convert("RGBA")
+        image.save(buffer, format="PNG")
+        return buffer.getvalue(), None
+    if isinstance(obj, (bytes, bytearray, memoryview)):
+        return bytes(obj), None
+    if isinstance(obj, dict) and obj.get("type") == "image":
+        # An image block a tool answered with: its data as sent, or the file the host saved it to.
+        if isinstance(obj.get("path"), str):
+            return None, obj["path"]
+        if isinstance(obj.get("data"), str):
+            import binascii
+
+            try:
+                return binascii.a2b_base64(obj["data"]), None
+            except binascii.Error as e:
+                raise ValueError(f"show(): the image block's data is not base64 ({e})") from None
+    if isinstance(obj, (str, os.PathLike)):
+        return None, obj
+    raise TypeError(
+        f"show() takes a matplotlib figure or axes, a PIL image, PNG/JPEG/SVG bytes, a workspace path "
+        f"or a tool's image block, not {type(obj).__name__}"
+    )
+
+
+def show(obj=None, name=None):
+    """Hands an image to this execution's answer: a matplotlib figure or axes (None: the current figure),
+    a PIL image, PNG/JPEG/SVG bytes, a workspace path, or an image block a tool returned (a list of
+    blocks shows each image in it). The image is saved in the workspace under shown/ (as `name` when
+    given) and sent as an image. Returns its workspace path."""
+    if obj is None or obj is sys.modules.get("matplotlib.pyplot"):
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None or not pyplot.get_fignums():
+            raise ValueError("show() with no argument shows the current matplotlib figure, and there is none")
+        obj = pyplot.gcf()
+    if isinstance(obj, list):
+        images = [b for b in obj if isinstance(b, dict) and b.get("type") == "image"]
+        if not images:
+            raise TypeError("show() was given a list with no image block in it")
+        return [show(b) for b in images]
+    if len(_SHOWN) >= _LIMITS["max_images"]:
+        raise ValueError(
+            f"show(): this execution already shows {len(_SHOWN)} images, the most answers.max_images allows; "
+            "combine them into one figure (subplots), or save the rest with savefig() and name their paths"
+        )
+    data, path = _image_bytes(obj)
+    limit = _LIMITS["max_image_bytes"]
+    if path is not None:
+        full = _ws_path(path)
+        try:
+            size = os.path.getsize(full)
+            with open(full, "rb") as f:
+                head = f.read(2048)
+        except OSError as e:
+            raise ValueError(f"show(): cannot read {os.fspath(path)!r} in the workspace ({e.strerror})") from None
+        relative = os.path.relpath(full, WORKSPACE)
+    else:
+        size, head = len(data), data[:2048]
+    if size > limit:
+        raise ValueError(
+            f"show(): the image is {size:,} bytes, over answers.max_image_bytes ({limit:,}); "
+            "save it smaller (a lower dpi, or JPEG) and show that"
+        )
+    kind = _sniff(head)
+    if kind is None:
+        raise ValueError(
+            f"show(): {head[:8]!r}... is not a PNG, JPEG or SVG image; save it as PNG "
+            "(matplotlib: fig.savefig(path, format='png'); PIL: image.save(path, 'PNG')) and show that"
+        )
+    mime, ext = kind
+    if data is not None:
+        relative = _shown_name(name, ext)
+        os.makedirs(os.path.join(WORKSPACE, "shown"), exist_ok=True)
+        with open(os.path.join(WORKSPACE, relative), "wb") as f:
+            f.write(data)
+    _SHOWN.append({"path": relative, "mime": mime})
+    return relative
+
+
+def _show_open_figures(answer):
+    """Shows the figures the code left open (closing one says not to), then closes them all."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    try:
+        if answer["success"]:
+            for number in pyplot.get_fignums():
+                figure = pyplot.figure(number)
+                if figure.axes or figure.images:
+                    show(figure)
+    except Exception as e:  # noqa: BLE001 - a figure that cannot be drawn is said, the run stands
+        answer["note"] = f"an open figure was not shown: {type(e).__name__}: {e}"
+    finally:
+        pyplot.close("all")
+
+
+class Table(list):
+    """Rows the answer shows as a table: `table(rows, columns=None)`."""
+
+    def __init__(self, rows, columns):
+        super().__init__(rows)
+        self.columns = columns
+
+
+def table(rows, columns=None):
+    """Marks `rows` as a table for the answer: dicts (columns: their keys, or those named) or sequences
+    (columns then name each position). As `result`, the model reads a Markdown table and the whole rows
+    come back as data."""
+    rows = list(rows)
+    if columns is not None:
+        columns = [str(c) for c in columns]
+    out = []
+    for i, row in enumerate(rows):
+        if isinstance(row, dict):
+            out.append({str(k): v for k, v in row.items()} if columns is None else {c: row.get(c) for c in columns})
+        elif isinstance(row, (list, tuple)):
+            if columns is None:
+                raise ValueError("table(): rows that are sequences need columns=[...] to name their values")
+            if len(row) != len(columns):
+                raise ValueError(f"table(): row {i} has {len(row)} values for {len(columns)} columns")
+            out.append(dict(zip(columns, row)))
+        else:
+            raise TypeError(f"table(): row {i} is a {type(row).__name__}; rows are dicts or sequences")
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in out for k in row))
+    return Table(out, columns)
+
+
+def _frame_rows(value):
+    """A pandas DataFrame or Series as (rows, columns), with a named or non-default index as columns."""
+    frame = value.to_frame() if hasattr(value, "to_frame") and not hasattr(value, "columns") else value
+    index = frame.index
+    default = type(index).__name__ == "RangeIndex" and index.start == 0 and index.step == 1 and index.name is None
+    if not default:
+        frame = frame.reset_index()
+    frame = frame.copy(deep=False)
+    frame.columns = [str(c) if not isinstance(c, tuple) else ".".join(map(str, c)) for c in frame.columns]
+    rows = json.loads(frame.to_json(orient="records", date_format="iso", default_handler=str))
+    return rows, list(frame.columns)
+
+
+def _is_flat_rows(value):
+    scalar = (str, int, float, bool, type(None))
+    return (
+        isinstance(value, list)
+        and value
+        and all(isinstance(r, dict) and r and all(isinstance(v, scalar) for v in r.values()) for r in value)
+    )
+
+
+def _table_of(value):
+    """(rows, columns) when `value` is a table result: a table(), a DataFrame or Series, flat dicts."""
+    if isinstance(value, Table):
+        return list(value), value.columns
+    module = type(value).__module__ or ""
+    if module.startswith("pandas") and type(value).__name__ in ("DataFrame", "Series"):
+        return _frame_rows(value)
+    if _is_flat_rows(value):
+        return value, list(dict.fromkeys(k for row in value for k in row))
+    return None
+
+
+def _table_result(rows, columns, limit):
+    """The rows that fit in `limit` characters of JSON, the table's marker, and a note when some were left."""
+    size, kept = 2, 0
+    for row in rows:
+        size += len(_ENCODE(row)) + 2
+        if size > limit:
+            break
+        kept += 1
+    marker = {"columns": [str(c) for c in columns], "rows": len(rows)}
+    note = None
+    if kept < len(rows):
+        note = (
+            f"the table has {len(rows)} rows; the first {kept} fit in the answer. Return a summary, "
+            "or write the rows to a file (df.to_csv('rows.csv')) and read them there"
+        )
+    return rows[:kept], marker, note
 
 
 # --- running code ----------------------------------------------------------------
@@ -842,9 +1072,18 @@ def _agent_traceback(exc):
     return "".join(lines)
 
 
-def _jsonable_result(value, limit):
+def _jsonable_result(value, limit, answer):
     if value is None:
         return None, None
+    try:
+        found = _table_of(value)
+    except Exception as e:  # noqa: BLE001 - a frame pandas cannot write is returned as its repr
+        found, value = None, value if not hasattr(value, "to_string") else value.to_string()
+        answer["note"] = f"the table could not be converted ({type(e).__name__}: {e}); its text is returned"
+    if found is not None:
+        rows, marker, note = _table_result(*found, limit)
+        answer["table"] = marker
+        return rows, note
     try:
         text = json.dumps(value)
     except (TypeError, ValueError):
@@ -860,6 +1099,10 @@ def _jsonable_result(value, limit):
 
 def _run(request, ns):
     limit = int(request.get("max_output_chars", 20000))
+    for key in _LIMITS:
+        if isinstance(request.get(key), int):
+            _LIMITS[key] = request[key]
+    _SHOWN.clear()
     capture = _Capture(limit)
     answer = {"type": "result", "success": True}
     _add_packages(request.get("packages"))
@@ -904,10 +1147,13 @@ def _run(request, ns):
             answer["missing_module"] = name
     finally:
         sys.stdout, sys.stderr = old_out, old_err
-    result, note = _jsonable_result(ns.get("result"), limit)
+    _show_open_figures(answer)
+    result, note = _jsonable_result(ns.get("result"), limit, answer)
     answer["result"] = result
     if note:
-        answer["note"] = note
+        answer["note"] = f"{answer['note']}; {note}" if answer.get("note") else note
+    if _SHOWN:
+        answer["images"] = list(_SHOWN)
     answer["output"] = capture.getvalue()
     if errors is not capture:
         answer["stderr"] = errors.getvalue()

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cem_metrics::traces;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitResult, ElicitationAction,
-    Implementation, InputRequest, InputRequests, InputRequiredResult, InputResponses,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitResult,
+    ElicitationAction, Implementation, InputRequest, InputRequests, InputRequiredResult,
+    InputResponses, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
     ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
     SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
@@ -776,9 +776,17 @@ impl McpHandler {
             Answer::Plain(Err(failure)) => Answer::Plain(Err(ToolFailure(
                 secrets.redact_credentials(&failure.0).into_owned(),
             ))),
-            Answer::Flagged { mut body, is_error } => {
+            Answer::Flagged {
+                mut body,
+                is_error,
+                images,
+            } => {
                 secrets.redact_json(&mut body);
-                Answer::Flagged { body, is_error }
+                Answer::Flagged {
+                    body,
+                    is_error,
+                    images,
+                }
             }
         };
         match outcome {
@@ -787,14 +795,30 @@ impl McpHandler {
                 tracing::info!(session = self.session, tool = %name, error = %failure.0, "tool error");
                 CallToolResult::structured_error(json!({"success": false, "error": failure.0}))
             }
-            Answer::Flagged { body, is_error } => {
-                let links = resources::links(&body);
-                let mut result = if is_error {
-                    CallToolResult::structured_error(body)
+            Answer::Flagged {
+                body,
+                is_error,
+                images,
+            } => {
+                // The model reads the lean text; the whole answer (timing,
+                // counts, token figures, full table rows) is structured.
+                let rows = self.tenants.local().config.answers.table_rows;
+                let text = tools::envelope::text(&body, usize::try_from(rows).unwrap_or(30));
+                // Images alone are the answer: no empty text before them.
+                let mut content = if text.is_empty() && !images.is_empty() {
+                    Vec::new()
                 } else {
-                    CallToolResult::structured(body)
+                    vec![ContentBlock::text(text)]
                 };
-                result.content.extend(links);
+                content.extend(
+                    images
+                        .into_iter()
+                        .map(|i| ContentBlock::image(i.data, i.mime)),
+                );
+                content.extend(resources::links(&body));
+                let mut result = CallToolResult::success(content);
+                result.structured_content = Some(body);
+                result.is_error = Some(is_error);
                 result
             }
         }

@@ -19,7 +19,7 @@ use cem_host::{Answer, Args, ToolFailure};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
-    description: "Run Python 3 in an isolated sandbox (no network; cwd: the persistent workspace). Set `result` to return; print() is output; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install (import skills.<name>).",
+    description: "Run Python 3 in an isolated sandbox (no network; cwd: the persistent workspace). Set `result` to return (a DataFrame reads as a table); print() is output; show(fig) sends an image; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install show table (import skills.<name>).",
     schema: input_schema::<ExecuteInput>,
     minimal: true,
 };
@@ -63,6 +63,7 @@ pub async fn execute(state: &Arc<AppState>, args: Args, session: &Session) -> An
             // An interpreter session belongs to the MCP session that named
             // it: another client using the same name gets its own.
             request.session_owner = Some(session.key.clone());
+            request.answer = answer_limits(state);
             run(state, request, session).await
         }
     }
@@ -181,10 +182,12 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
         tracing::warn!(error = %e, "an execution's end was not recorded; its slot frees itself later");
     }
     match outcome {
-        Ok(answer) => {
+        Ok(mut answer) => {
             let is_error = !answer.success;
+            let attached = crate::shown::attach(state, std::mem::take(&mut answer.shown)).await;
             let mut body = serde_json::to_value(&answer)
                 .unwrap_or_else(|e| json!({"success": false, "error": e.to_string()}));
+            crate::shown::record(&mut body, &attached);
             if !written.is_empty()
                 && let Some(obj) = body.as_object_mut()
             {
@@ -194,7 +197,11 @@ async fn run(state: &Arc<AppState>, mut request: ExecRequest, session: &Session)
                 let before = exec.tokenized.lock().map(|c| c.clone()).unwrap_or_default();
                 tokenize_answer(state, session, before, &mut body);
             }
-            Answer::Flagged { body, is_error }
+            Answer::Flagged {
+                body,
+                is_error,
+                images: attached.blocks,
+            }
         }
         Err(EngineError::BadRequest(msg)) => Answer::Plain(Err(ToolFailure(msg))),
         Err(e) => Answer::Plain(Err(ToolFailure(e.to_string()))),
@@ -371,6 +378,7 @@ fn tokenize_answer(
     };
     for field in [
         "result",
+        "table",
         "output",
         "stderr",
         "error",
@@ -399,4 +407,14 @@ fn request(args: &Args) -> Result<ExecRequest, ToolFailure> {
         requirements: input.requirements.unwrap_or_default(),
         ..Default::default()
     })
+}
+
+/// What the config lets one answer carry.
+fn answer_limits(state: &AppState) -> cem_engine::AnswerLimits {
+    let a = &state.config.answers;
+    cem_engine::AnswerLimits {
+        max_images: a.max_images,
+        max_image_bytes: a.max_image_bytes,
+        table_rows: usize::try_from(a.table_rows).unwrap_or(usize::MAX),
+    }
 }

@@ -18,12 +18,14 @@ mod execute;
 pub mod input;
 mod pii;
 pub mod resources;
+mod shown;
 pub mod skill_ops;
 mod skills;
 mod stats;
 mod workspace;
 pub mod written;
 
+pub use cem_engine::envelope;
 pub use def::{ToolDef, output_schema};
 pub use discovery::{CATEGORIES, DEFINITION, SEARCH};
 pub use dispatch::{TOOLS, call, listed, run};
