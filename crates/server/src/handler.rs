@@ -624,13 +624,19 @@ fn task_ttl_ms(state: &AppState) -> u64 {
     longest.saturating_mul(2).max(30 * 60 * 1000)
 }
 
-/// Whether the client declared the Tasks extension, so a long call may
-/// answer with a task.
+/// Whether the client declared the Tasks extension on the 2026-07-28
+/// protocol, so a long call may answer with a task. A client that declares
+/// it on an older protocol (the Inspector CLI does, on 2025-11-25) reads a
+/// `tools/call` answer as the tool's result and never polls: it gets one.
 fn wants_task(context: &RequestContext<RoleServer>) -> bool {
-    context
+    let declared = context
         .client_capabilities()
         .and_then(|c| c.extensions)
-        .is_some_and(|e| e.contains_key(TASKS_EXTENSION_ID))
+        .is_some_and(|e| e.contains_key(TASKS_EXTENSION_ID));
+    let stateless = context
+        .protocol_version()
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
+    declared && stateless
 }
 
 /// How an approval question reaches the person behind this request.
