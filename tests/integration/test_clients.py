@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import struct
 import subprocess
 from pathlib import Path
 
@@ -21,7 +23,23 @@ def run_json(cmd: list[str], env: dict | None = None, cwd: Path | None = None, e
     return json.loads(out.stdout[start:])
 
 
+def png_size(b64: str) -> tuple[int, int]:
+    data = base64.b64decode(b64)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n"), data[:8]
+    return struct.unpack(">II", data[16:24])
+
+
+def check_chart(chart: dict) -> None:
+    """An image block and a table the client read from one execute_code answer."""
+    assert chart["types"] == ["text", "image", "resource_link"], chart["types"]
+    assert chart["text"] == "|n|s|\n|-|-|\n|1|a|\n|2|b|", chart["text"]
+    assert chart["mime"] == "image/png" and png_size(chart["image"]) == (40, 20)
+    assert chart["structured"]["result"] == [{"n": 1, "s": "a"}, {"n": 2, "s": "b"}]
+    assert chart["structured"]["table"] == {"columns": ["n", "s"], "rows": 2}
+
+
 def check_client_result(result: dict, prefix: str) -> None:
+    check_chart(result["chart"])
     assert result["tools"] == ALL_TOOLS
     assert result["written"]["success"] is True
     assert result["read"]["content"].startswith("from ")
@@ -77,6 +95,13 @@ def test_inspector_cli_stdio(data_dir: Path, tmp_path: Path):
                         str(BIN), "--data-dir", str(data_dir), "--log-level", "warn", "serve", home=tmp_path)
     assert written["structuredContent"]["success"] is True
     assert (data_dir / "workspace" / "inspector.txt").read_text() == "hello inspector"
+    code = ("show(b'<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"40\" height=\"20\"/>'); "
+            "result = [{'n': 1, 's': 'a'}, {'n': 2, 's': 'b'}]")
+    chart = inspector("--method", "tools/call", "--tool-name", "execute_code", "--tool-arg", f"code={code}", "--",
+                      str(BIN), "--data-dir", str(data_dir), "--log-level", "warn", "serve", home=tmp_path)
+    image = next(b for b in chart["content"] if b["type"] == "image")
+    check_chart({"types": [b["type"] for b in chart["content"]], "text": chart["content"][0]["text"],
+                 "image": image["data"], "mime": image["mimeType"], "structured": chart["structuredContent"]})
 
 
 def test_inspector_cli_http(authed_server: HttpServer, data_dir: Path, tmp_path: Path):

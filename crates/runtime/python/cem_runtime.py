@@ -863,7 +863,7 @@ def _shown_name(name, ext):
 
 def _figure_png(fig):
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")
+    fig.savefig(buffer, format="png")  # at the figure's own size and dpi
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:
         pyplot.close(fig)  # shown once: not again when the code ends

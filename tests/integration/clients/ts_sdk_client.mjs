@@ -25,7 +25,19 @@ const tools = await client.listTools();
 const written = await client.callTool({ name: "write_workspace_file", arguments: { filename: "ts/hello.txt", content: "from ts" } });
 const read = await client.callTool({ name: "read_workspace_file", arguments: { filename: "ts/hello.txt" } });
 const bad = await client.callTool({ name: "read_workspace_file", arguments: { filename: "/etc/passwd" } });
+// A picture and a table in one answer, without packages: SVG drawn by the host.
+const chartCode = `show(b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="20" height="20" fill="red"/></svg>')
+result = [{'n': 1, 's': 'a'}, {'n': 2, 's': 'b'}]`;
+const chart = await client.callTool({ name: "execute_code", arguments: { code: chartCode } });
+const image = chart.content.find((b) => b.type === "image");
 console.log(JSON.stringify({
+  chart: {
+    types: chart.content.map((b) => b.type),
+    text: chart.content[0].text,
+    image: image?.data ?? null,
+    mime: image?.mimeType ?? null,
+    structured: chart.structuredContent,
+  },
   protocolVersion: transport.protocolVersion ?? null,
   server: client.getServerVersion(),
   tools: tools.tools.map((t) => t.name),
