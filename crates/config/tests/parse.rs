@@ -407,6 +407,42 @@ fn the_http_section_sets_the_listeners_limits() -> Result<(), ConfigError> {
 }
 
 #[test]
+fn the_answers_section_limits_images_and_tables() -> Result<(), ConfigError> {
+    let defaults = parse("{}")?.config.answers;
+    assert_eq!(defaults, cem_config::AnswersConfig::default());
+    assert_eq!((defaults.max_images, defaults.max_image_edge), (8, 1568));
+    let set = parse(
+        r#"{"answers": {"max_images": 2, "max_image_bytes": 65536, "max_image_edge": 800,
+             "max_image_block_bytes": 200000, "table_rows": 10}}"#,
+    )?
+    .config
+    .answers;
+    assert_eq!(
+        (
+            set.max_images,
+            set.max_image_bytes,
+            set.max_image_edge,
+            set.max_image_block_bytes,
+            set.table_rows
+        ),
+        (2, 65536, 800, 200_000, 10)
+    );
+    let e = error(r#"{"answers": {"max_image_edge": 5}}"#);
+    assert!(
+        e.contains("answers.max_image_edge") && e.contains("pixels from 16 to 8192"),
+        "{e}"
+    );
+    let e = error(r#"{"answers": {"table_rows": "all"}}"#);
+    assert!(e.contains("answers.table_rows"), "{e}");
+    let e = error(r#"{"answers": {"max_pictures": 3}}"#);
+    assert!(
+        e.contains("answers.max_pictures") && e.contains("max_images"),
+        "{e}"
+    );
+    Ok(())
+}
+
+#[test]
 fn the_search_section_turns_meaning_on() -> Result<(), ConfigError> {
     assert!(parse("{}")?.config.search.semantic);
     assert!(parse("{}")?.config.search.learn);
