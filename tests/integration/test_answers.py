@@ -126,6 +126,10 @@ result = df
         assert lines[-1] == "… 15 more rows", text
         assert body["table"] == {"columns": ["city", "sales", "share"], "rows": 45}
         assert len(body["result"]) == 45 and body["result"][44] == {"city": "c44", "sales": 44, "share": 0.44}
+        # A picture as the result is shown once, not returned as its repr.
+        pictured = await call(c, "import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(2, 2))\nplt.plot([1])\nresult = fig")
+        assert [png_size(p) for p in images(pictured)] == [(200, 200)]
+        assert pictured.structured_content["result"] is None and "note" not in pictured.structured_content
         # A grouped Series keeps its index as a column.
         grouped = await call(c, """
 import pandas as pd

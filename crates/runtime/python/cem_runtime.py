@@ -835,6 +835,7 @@ def _namespace():
 # --- pictures and tables in the answer ---------------------------------------------
 
 _SHOWN = []  # this execution's images: {"path": workspace-relative, "mime": ...}
+_SHOWN_FIGURES = set()  # id() of the matplotlib figures shown, so none is shown twice
 _LIMITS = {"max_images": 8, "max_image_bytes": 10 << 20}
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png", "png"), (b"\xff\xd8\xff", "image/jpeg", "jpg"))
 
@@ -862,6 +863,7 @@ def _shown_name(name, ext):
 
 
 def _figure_png(fig):
+    _SHOWN_FIGURES.add(id(fig))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")  # at the figure's own size and dpi
     pyplot = sys.modules.get("matplotlib.pyplot")
@@ -1072,8 +1074,23 @@ def _agent_traceback(exc):
     return "".join(lines)
 
 
+def _is_picture(value):
+    module = type(value).__module__ or ""
+    figure = module.startswith("matplotlib") and (hasattr(value, "savefig") or hasattr(value, "figure"))
+    return figure or (module.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "mode"))
+
+
 def _jsonable_result(value, limit, answer):
     if value is None:
+        return None, None
+    if _is_picture(value):
+        # A picture as the result is shown (once), not returned as its repr.
+        figure = getattr(value, "figure", value)
+        if id(figure) not in _SHOWN_FIGURES:
+            try:
+                show(value)
+            except (TypeError, ValueError) as e:
+                return None, f"the result is a picture that was not shown: {e}"
         return None, None
     try:
         found = _table_of(value)
@@ -1103,6 +1120,7 @@ def _run(request, ns):
         if isinstance(request.get(key), int):
             _LIMITS[key] = request[key]
     _SHOWN.clear()
+    _SHOWN_FIGURES.clear()
     capture = _Capture(limit)
     answer = {"type": "result", "success": True}
     _add_packages(request.get("packages"))
