@@ -31,6 +31,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -286,6 +287,11 @@ def main() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"another bench_tokens.py is running in {root}") from None
+    # A run's servers leave each workspace mounted on its own image (the disk quota): unmounted
+    # first, or the last run's directories cannot be removed.
+    for mount in sorted((line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                         if line.split()[1].startswith(f"{root}/")), reverse=True):
+        subprocess.run(["umount", "-l", mount], check=False)
     for old in root.iterdir():
         if old.name != ".lock":
             shutil.rmtree(old) if old.is_dir() else old.unlink()
