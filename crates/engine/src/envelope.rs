@@ -77,7 +77,12 @@ fn failure(error: Option<&str>, traceback: Option<&str>) -> String {
     match (error, traceback) {
         (Some(error), Some(tb)) => {
             let head = error.lines().next().unwrap_or_default();
-            if tb.ends_with(error) || tb.lines().last().is_some_and(|l| l == head) {
+            // The traceback's last line is the exception as Python formats
+            // it; `error` may add to it (a SyntaxError's "(<code>, line 1)",
+            // which the traceback shows above).
+            let last = tb.lines().last().unwrap_or_default();
+            let said = last == head || (last.contains(": ") && head.starts_with(last));
+            if tb.ends_with(error) || said {
                 tb.to_string()
             } else {
                 format!("{error}\n{tb}")
@@ -223,6 +228,19 @@ mod tests {
         let t = text(&body, 30);
         assert_eq!(t, tb.trim_end());
         assert_eq!(t.matches("division by zero").count(), 1);
+    }
+
+    #[test]
+    fn a_syntax_error_is_said_once_and_a_bare_exception_keeps_its_message() {
+        let tb = "  File \"<code>\", line 1\n    x y\n      ^\nSyntaxError: invalid syntax\n";
+        let body = json!({"success": false, "error": "SyntaxError: invalid syntax (<code>, line 1)", "traceback": tb});
+        assert_eq!(text(&body, 30), tb.trim_end());
+        let tb = "Traceback (most recent call last):\n  File \"<code>\", line 1, in <module>\nMemoryError\n";
+        let body = json!({"success": false, "error": "MemoryError: the memory limit (500 MB) was reached", "traceback": tb});
+        assert!(
+            text(&body, 30)
+                .starts_with("MemoryError: the memory limit (500 MB) was reached\nTraceback")
+        );
     }
 
     #[test]
