@@ -12,8 +12,9 @@
 //! the server's memory nor delay its own answer or anyone else's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{RecvTimeoutError, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tiktoken_rs::CoreBPE;
@@ -28,9 +29,56 @@ const QUEUE: usize = 64;
 /// averages about four bytes a token on English and JSON).
 const BYTES_PER_TOKEN: u64 = 4;
 
-fn bpe() -> Option<&'static CoreBPE> {
-    static BPE: OnceLock<Option<CoreBPE>> = OnceLock::new();
-    BPE.get_or_init(|| tiktoken_rs::o200k_base().ok()).as_ref()
+/// How long the vocabulary stays loaded after its last count. tiktoken's
+/// o200k tables take some 47 MiB (each of the 200,000 tokens' bytes is
+/// kept three times, in two maps and a sorted list): a server holds them
+/// while its executions call tools, not for the rest of its life.
+const IDLE_RELEASE: Duration = Duration::from_secs(60);
+
+/// The o200k vocabulary, loaded on first use and let go when idle.
+struct Vocabulary {
+    loaded: Mutex<Option<Arc<CoreBPE>>>,
+    last_used: Mutex<Instant>,
+}
+
+fn vocabulary() -> &'static Vocabulary {
+    static VOCABULARY: OnceLock<Vocabulary> = OnceLock::new();
+    VOCABULARY.get_or_init(|| Vocabulary {
+        loaded: Mutex::new(None),
+        last_used: Mutex::new(Instant::now()),
+    })
+}
+
+/// The vocabulary, loading it if it is not (None if it cannot load).
+fn bpe() -> Option<Arc<CoreBPE>> {
+    let v = vocabulary();
+    if let Ok(mut last) = v.last_used.lock() {
+        *last = Instant::now();
+    }
+    let mut loaded = v.loaded.lock().ok()?;
+    if loaded.is_none() {
+        *loaded = tiktoken_rs::o200k_base().ok().map(Arc::new);
+    }
+    loaded.clone()
+}
+
+/// Lets the vocabulary go when nothing counted for `after` (the server's
+/// heap trimming then hands its pages back); whoever counts next loads it
+/// again. Whether it was let go.
+fn release_if_idle(after: Duration) -> bool {
+    let v = vocabulary();
+    let idle = v
+        .last_used
+        .lock()
+        .map(|last| last.elapsed() >= after)
+        .unwrap_or(false);
+    match v.loaded.lock() {
+        Ok(mut loaded) if idle && loaded.is_some() => {
+            *loaded = None;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// o200k tokens of `text` (0 if the tokenizer could not load). Costs time
@@ -90,8 +138,18 @@ fn queue() -> Option<&'static SyncSender<Job>> {
                     {
                         tracing::debug!(error = %e, "token accounting runs at full CPU priority");
                     }
-                    for job in rx {
-                        job.meter.settle(&job);
+                    loop {
+                        match rx.recv_timeout(IDLE_RELEASE) {
+                            Ok(job) => job.meter.settle(&job),
+                            Err(RecvTimeoutError::Timeout) => {
+                                if release_if_idle(IDLE_RELEASE) {
+                                    tracing::debug!(
+                                        "the o200k vocabulary was let go after a minute unused"
+                                    );
+                                }
+                            }
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
                     }
                 })
                 .ok()?;
@@ -215,6 +273,18 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         assert_eq!(meter.close(), 2 * count(text));
+    }
+
+    #[test]
+    fn the_vocabulary_is_let_go_when_idle_and_loaded_again_on_use() {
+        let text = "a short text, counted twice";
+        let first = count(text);
+        assert!(first > 0);
+        assert!(!release_if_idle(Duration::from_secs(3600)), "just used");
+        assert!(release_if_idle(Duration::ZERO));
+        assert!(vocabulary().loaded.lock().is_ok_and(|l| l.is_none()));
+        assert!(!release_if_idle(Duration::ZERO), "nothing left to let go");
+        assert_eq!(count(text), first);
     }
 
     #[test]
