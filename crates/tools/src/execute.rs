@@ -19,7 +19,7 @@ use cem_host::{Answer, Args, ToolFailure};
 
 pub const EXECUTE: ToolDef = ToolDef {
     name: "execute_code",
-    description: "Run Python 3 in an isolated sandbox (no network; cwd: the persistent workspace). Set `result` to return (a DataFrame reads as a table); print() is output; show(fig) sends an image; top-level await works. In scope: json re math datetime read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats format_output call_tool tools search_tools report_progress save_skill load_skill list_skills install show table (import skills.<name>).",
+    description: "Run Python 3 in a sandbox (no network; cwd: the persistent workspace). Set `result` to return; print() is output; show(fig) sends an image; top-level await works. In scope: json re math read_file write_file list_files delete_file filter_by_field summarize_list aggregate_stats call_tool tools search_tools report_progress save_skill load_skill list_skills install table (import skills.<name>).",
     schema: input_schema::<ExecuteInput>,
     minimal: true,
 };
