@@ -36,7 +36,11 @@ def assert_lean(text: str, body: dict) -> None:
     if body.get("output"):
         assert text.startswith(body["output"].rstrip("\n")), text
     if not body["success"]:
-        assert body["error"].splitlines()[0] in text, text
+        # The exception's line once, as the traceback ends with it (else the error).
+        said = (body.get("traceback") or body["error"]).rstrip("\n").splitlines()[-1]
+        assert said in text, text
+        if ": " in said:  # a bare "MemoryError" comes after the error that explains it
+            assert text.count(said) == 1, text
 
 
 async def test_result_output_and_timing(data_dir: Path):
