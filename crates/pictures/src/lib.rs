@@ -22,8 +22,10 @@ use resvg::{tiny_skia, usvg};
 
 /// The most pixels along one edge of a picture this crate decodes.
 const MAX_DECODED_EDGE: u32 = 20_000;
-/// The most memory one decode may take.
-const MAX_DECODE_ALLOC: u64 = 512 << 20;
+/// The most memory one decode may take: a 24-megapixel photo (96 MiB as
+/// RGBA) fits; a small file that claims more is refused, as several
+/// executions may decode at once on the host.
+const MAX_DECODE_ALLOC: u64 = 128 << 20;
 /// The smallest edge a picture is shrunk to while fitting a byte budget.
 const MIN_EDGE: u32 = 64;
 /// The quality of a JPEG made to fit the budget.
@@ -125,7 +127,9 @@ pub fn prepare(bytes: &[u8], limits: Limits) -> Result<Picture, PictureError> {
             } else {
                 ImageFormat::Jpeg
             };
-            let (width, height) = reader(bytes, format)
+            // The header's claim, read without the decode's limits, so a
+            // claim over them is named as such.
+            let (width, height) = ImageReader::with_format(Cursor::new(bytes), format)
                 .into_dimensions()
                 .map_err(|e| broken(kind, e))?;
             if width > MAX_DECODED_EDGE || height > MAX_DECODED_EDGE {
