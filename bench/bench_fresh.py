@@ -10,7 +10,8 @@
    pool (4 forked, 2 cold) and with none. Blocks of 25 calls per server, the servers taking turns, so a
    noisy neighbour slows all alike: each block is a burst of 25 back to back that starts with the pool
    the other servers' turns let it refill. Then, through the SDK, the zygote's sustained: 300 calls in
-   one block, where the pool is drained after the first few and every call waits on the refill.
+   one block, where the pool is drained after the first few and every call waits on the refill, and 30
+   blocks of 10 with 100 ms between them; `burst_spread_ms` gives p50, p90 and p99 of these bursts.
    The yardstick is `/usr/bin/python3 -I -S -c pass`, measured in the same run. Then, over bare lines,
    the pooled servers paced: one call every 30 ms (an agent thinks between calls).
 2. Executions per second from 20 concurrent HTTP clients (stateless requests, each its own keep-alive
@@ -149,7 +150,27 @@ async def back_to_back_sdk(binary: str, rounds: int) -> dict:
             await client.call_tool(CALL["name"], CALL["arguments"])
             sustained.append((time.perf_counter() - t) * 1000)
         out["zygote, default pool, 300 in a row"] = round(statistics.median(sustained), 3)
+        # Blocks of 10 back to back with 100 ms between them: a client that runs a few calls, then thinks.
+        blocks = []
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            for _ in range(10):
+                t = time.perf_counter()
+                await client.call_tool(CALL["name"], CALL["arguments"])
+                blocks.append((time.perf_counter() - t) * 1000)
+        out["spread"] = {
+            "zygote, default pool, blocks of 25 taking turns": spread(times["zygote, default pool"]),
+            "zygote, default pool, 300 in a row": spread(sustained),
+            "zygote, default pool, blocks of 10": spread(blocks),
+        }
         return out
+
+
+def spread(ms: list[float]) -> dict:
+    """p50, p90 and p99 of call times (ms): a burst's tail is where an empty pool shows."""
+    ordered = sorted(ms)
+    at = lambda q: round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)  # noqa: E731
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "calls": len(ordered)}
 
 
 def python_start(rounds: int) -> float:
@@ -258,6 +279,7 @@ def main() -> None:
             "sdk_zygote_pool_over_cold_pool": round(sdk["zygote, default pool"] / sdk["cold, default pool"], 3),
             "sdk_zygote_300_in_a_row_over_python": round(sdk["zygote, default pool, 300 in a row"] / yardstick, 3),
         },
+        "burst_spread_ms": sdk.pop("spread"),
         "http_20_clients_executions_per_s": http_throughput(binary, seconds),
         "cpu_ms_per_execution": cpu_per_execution(binary),
     }
