@@ -21,6 +21,16 @@ CLIENTS = Path(__file__).resolve().parent / "clients"
 SDK1_PYTHON = Path(os.environ.get("CEM_SDK1_PYTHON", REPO / ".test-env" / "sdk1" / "bin" / "python"))
 # mcp-server-git and mcp-server-time live in their own virtualenv.
 SERVERS_PYTHON = Path(os.environ.get("CEM_SERVERS_PYTHON", REPO / ".test-env" / "servers" / "bin" / "python"))
+# The installer the host runs for sandbox.packages (scripts/test puts it in the SDK 2.x virtualenv).
+UV = os.environ.get("CEM_UV", str(REPO / ".test-env" / "sdk2" / "bin" / "uv"))
+
+
+def package_data_dir(tmp_path_factory, name: str) -> Path:
+    """A data directory for a module whose tests share one declared package environment (built once)."""
+    assert Path(UV).is_file(), f"uv is missing at {UV}; set CEM_UV (scripts/test installs it)"
+    d = tmp_path_factory.mktemp(name) / "data"
+    d.mkdir()
+    return d
 
 
 def pytest_configure(config):

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 from pathlib import Path
 
 import pytest
 from mcp import Client
 
-from conftest import REPO, stdio_params
+from conftest import UV, package_data_dir, stdio_params
 from test_upstream import EVERYTHING
 
 pytestmark = pytest.mark.anyio
 
-UV = os.environ.get("CEM_UV", str(REPO / ".test-env" / "sdk2" / "bin" / "uv"))
 PACKAGES = ["matplotlib", "pandas", "pillow"]
 
 
@@ -33,10 +31,7 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def pkg_data(tmp_path_factory) -> Path:
-    assert Path(UV).is_file(), f"uv is missing at {UV}; set CEM_UV (scripts/test installs it)"
-    d = tmp_path_factory.mktemp("answers") / "data"
-    d.mkdir()
-    return d
+    return package_data_dir(tmp_path_factory, "answers")
 
 
 def client(data: Path, tmp: Path, answers: dict | None = None, servers: dict | None = None) -> Client:

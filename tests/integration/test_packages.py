@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from conftest import REPO, run_cli, stdio_params
+from conftest import UV, package_data_dir, run_cli, stdio_params
 
 pytestmark = pytest.mark.anyio
 
-UV = os.environ.get("CEM_UV", str(REPO / ".test-env" / "sdk2" / "bin" / "uv"))
 
 
 @pytest.fixture
@@ -28,10 +27,7 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def pkg_data(tmp_path_factory) -> Path:
-    assert Path(UV).is_file(), f"uv is missing at {UV}; set CEM_UV (scripts/test installs it)"
-    d = tmp_path_factory.mktemp("packages") / "data"
-    d.mkdir()
-    return d
+    return package_data_dir(tmp_path_factory, "packages")
 
 
 def config(tmp: Path, name: str, **sandbox) -> Path:
