@@ -34,6 +34,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from tokens.wire import TokenCounter  # noqa: E402
 
 SCENARIOS = {
     "trivial": ("result = 1", "return 1"),
@@ -129,13 +132,7 @@ def main() -> None:
         if run.returncode != 0:
             raise SystemExit(f"the client failed:\n{run.stderr[-4000:]}")
         raw = json.loads(run.stdout)
-    counter = subprocess.Popen([args.binary, "tokens"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def tokens(text: str) -> int:
-        counter.stdin.write(json.dumps(text) + "\n")
-        counter.stdin.flush()
-        return int(counter.stdout.readline())
-
+    counter = TokenCounter(args.binary)
     rows = []
     for scenario, sides in raw.items():
         ours, peer = sides["ours"], sides["peer"]
@@ -146,11 +143,10 @@ def main() -> None:
         for name, side in (("ours", ours), ("peer", peer)):
             row[f"{name}_p50_ms"] = round(statistics.median(side["ms"]), 2)
             row[f"{name}_p90_ms"] = round(percentile(side["ms"], 0.9), 2)
-            row[f"{name}_text_tokens"] = tokens(side["text"])
+            row[f"{name}_text_tokens"] = counter.count(side["text"])
         row["ratio_p50"] = round(row["ours_p50_ms"] / row["peer_p50_ms"], 2)
         rows.append(row)
-    counter.stdin.close()
-    counter.wait(timeout=10)
+    counter.close()
     report = {
         "rounds": args.rounds,
         "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
