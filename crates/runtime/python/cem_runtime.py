@@ -872,6 +872,10 @@ def _figure_png(fig):
     return buffer.getvalue()
 
 
+def _is_pil_image(obj):
+    return (type(obj).__module__ or "").startswith("PIL.") and hasattr(obj, "save") and hasattr(obj, "mode")
+
+
 def _image_bytes(obj):
     """(bytes, None) for an image object, or (None, workspace path) for a file already in the workspace."""
     module = type(obj).__module__ or ""
@@ -881,7 +885,7 @@ def _image_bytes(obj):
         figure = getattr(obj, "figure", None)  # an Axes or an Artist
         if figure is not None and hasattr(figure, "savefig"):
             return _figure_png(figure), None
-    if module.startswith("PIL.") and hasattr(obj, "save") and hasattr(obj, "mode"):
+    if _is_pil_image(obj):
         buffer = io.BytesIO()
         image = obj if obj.mode in ("RGB", "RGBA", "L", "LA", "P", "1") else obj.convert("RGBA")
         image.save(buffer, format="PNG")
@@ -1077,7 +1081,7 @@ def _agent_traceback(exc):
 def _is_picture(value):
     module = type(value).__module__ or ""
     figure = module.startswith("matplotlib") and (hasattr(value, "savefig") or hasattr(value, "figure"))
-    return figure or (module.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "mode"))
+    return figure or _is_pil_image(value)
 
 
 def _jsonable_result(value, limit, answer):
