@@ -633,10 +633,14 @@ fn wants_task(context: &RequestContext<RoleServer>) -> bool {
         .client_capabilities()
         .and_then(|c| c.extensions)
         .is_some_and(|e| e.contains_key(TASKS_EXTENSION_ID));
-    let stateless = context
+    declared && stateless(context)
+}
+
+/// Whether the request speaks the stateless 2026-07-28 protocol (or later).
+fn stateless(context: &RequestContext<RoleServer>) -> bool {
+    context
         .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    declared && stateless
+        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28)
 }
 
 /// How an approval question reaches the person behind this request.
@@ -673,10 +677,7 @@ fn approval_route(context: &RequestContext<RoleServer>) -> Route {
             "the client ({client}) did not declare the MCP elicitation capability, so nobody can be asked"
         ));
     }
-    let stateless = context
-        .protocol_version()
-        .is_some_and(|v| v >= ProtocolVersion::V_2026_07_28);
-    if stateless {
+    if stateless(context) {
         Route::InputRequired {
             client,
             forms,
